@@ -1,0 +1,30 @@
+// Pointwise activations: relu, leaky_relu, sigmoid.
+#pragma once
+
+#include "generators/layers/common.h"
+
+namespace segtile::layers {
+
+inline Func relu(const Func &in, Type t, const std::string &name) {
+    Dims v;
+    Func f(name);
+    f(v.x, v.y, v.c, v.n) = Halide::max(in(v.x, v.y, v.c, v.n), constant(t, 0));
+    return f;
+}
+
+inline Func leaky_relu(const Func &in, double slope, Type t, const std::string &name) {
+    Dims v;
+    Func f(name);
+    Expr a = in(v.x, v.y, v.c, v.n);
+    f(v.x, v.y, v.c, v.n) = Halide::select(a > constant(t, 0), a, constant(t, slope) * a);
+    return f;
+}
+
+inline Func sigmoid(const Func &in, Type t, const std::string &name) {
+    Dims v;
+    Func f(name);
+    f(v.x, v.y, v.c, v.n) = constant(t, 1) / (constant(t, 1) + Halide::exp(-in(v.x, v.y, v.c, v.n)));
+    return f;
+}
+
+}  // namespace segtile::layers
