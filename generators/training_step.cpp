@@ -39,7 +39,7 @@ struct Forward {
 Forward forward_and_loss(const Model &m, const StepInputs &in, Halide::Type t) {
     Forward fw;
     const auto specs = m.params();
-    fw.image = wrap(in.image, 4, "image");
+    fw.image = wrap(in.image, 4, "image_value");
     for (size_t i = 0; i < specs.size(); i++)
         fw.params.push_back(wrap(in.params.at(i), (int)specs[i].dims.size(), "p_" + halide_name(specs[i].name)));
     const auto bounds = whole_image_bounds(m, in.width, in.height);

@@ -1,6 +1,7 @@
 #include "spec/geometry.h"
 
 #include <algorithm>
+#include <climits>
 #include <numeric>
 
 namespace segtile {
@@ -26,7 +27,7 @@ Interval input_interval(const Layer &l, const Interval &out) {
     case LayerKind::AvgPool:
         return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + l.kernel - 1};
     case LayerKind::Upsample:
-        return {floor_div(out.lo, l.factor), floor_div(out.hi, l.factor)};
+        return {out.lo / l.factor, out.hi / l.factor};
     default:
         return out;  // elementwise and joins; global layers are handled by callers
     }
@@ -57,30 +58,38 @@ std::vector<Region> required_regions(const Model &m, int target, const Region &o
 }
 
 ChainGeometry chain_geometry(const std::vector<Layer> &chain) {
-    // Map output pixel 0 back through the chain, last layer first.
     ChainGeometry g;
-    Interval at0{0, 0};
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-        at0 = input_interval(*it, at0);
-        switch (it->kind) {
+    int64_t num = 1, den = 1;  // unreduced: products of strides and of upsample factors
+    for (const Layer &l : chain) {
+        switch (l.kind) {
         case LayerKind::Conv2d:
         case LayerKind::MaxPool:
         case LayerKind::AvgPool:
-            g.stride_num *= it->stride;
+            num *= l.stride;
             break;
         case LayerKind::Upsample:
-            g.stride_den *= it->factor;
+            den *= l.factor;
             break;
         default:
             break;
         }
     }
-    int64_t gcd = std::gcd(g.stride_num, g.stride_den);
-    g.stride_num /= gcd;
-    g.stride_den /= gcd;
-    g.receptive_field = at0.extent();
-    g.halo_lo = -at0.lo;
-    g.halo_hi = at0.hi;
+    const int64_t gcd = std::gcd(num, den);
+    g.stride_num = num / gcd;
+    g.stride_den = den / gcd;
+    // Output pixel o + den reads what o reads shifted by num, so the pixels
+    // 0..den-1 cover every case; with upsampling they differ (floor division),
+    // so take the widest reach over them, not pixel 0's alone.
+    g.receptive_field = 0;
+    g.halo_lo = g.halo_hi = INT64_MIN;
+    for (int64_t o = 0; o < den; o++) {
+        Interval in{o, o};
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) in = input_interval(*it, in);
+        const int64_t at = floor_div(o * num, den);
+        g.receptive_field = std::max(g.receptive_field, in.extent());
+        g.halo_lo = std::max(g.halo_lo, at - in.lo);
+        g.halo_hi = std::max(g.halo_hi, in.hi - at);
+    }
     return g;
 }
 

@@ -42,11 +42,14 @@ Region input_region(const Layer &layer, const Region &out);
 std::vector<Region> required_regions(const Model &m, int target, const Region &out, int64_t width, int64_t height);
 
 // Geometry of a chain of spatial layers applied in order (conv, pools,
-// upsample, elementwise): an output pixel at o reads input positions
-// [o * num / den - halo_lo, o * num / den + halo_hi] (exactly when den == 1).
+// upsample, elementwise): an output pixel at o reads input positions within
+// [floor(o * num / den) - halo_lo, floor(o * num / den) + halo_hi], exactly
+// those when the chain has no upsample. With upsampling, pixels read at
+// different offsets (floor division) and the halo covers them all; use
+// input_interval/input_region for exact regions.
 struct ChainGeometry {
     int64_t stride_num = 1, stride_den = 1;  // cumulative stride as a fraction
-    int64_t receptive_field = 1;             // input extent one output pixel needs
+    int64_t receptive_field = 1;             // most input extent one output pixel needs
     int64_t halo_lo = 0, halo_hi = 0;        // reach before/after the strided position
 };
 ChainGeometry chain_geometry(const std::vector<Layer> &chain);

@@ -1,0 +1,94 @@
+// segtile: command-line program. `segtile train` with no options runs the
+// main job: the built-in model trained on generated images.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <regex>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/jit_step_kernel.h"
+#include "runtime/trainer.h"
+#include "spec/model.h"
+#include "tiny_cnn_step.h"
+
+namespace {
+
+constexpr const char *kBuiltinModel = "tiny_cnn";
+
+std::pair<int, int> parse_size(const std::string &s) {
+    std::smatch m;
+    if (!std::regex_match(s, m, std::regex(R"((\d+)x(\d+))")))
+        throw CLI::ValidationError("--size", "expected WIDTHxHEIGHT, e.g. 64x64, got '" + s + "'");
+    return {std::stoi(m[1]), std::stoi(m[2])};
+}
+
+float mean(const std::vector<float> &v, size_t from, size_t to) {
+    return std::accumulate(v.begin() + from, v.begin() + to, 0.0f) / (float)(to - from);
+}
+
+int run_train(const std::string &model_name, const std::string &size, segtile::TrainConfig cfg) {
+    using namespace segtile;
+    Model m = load_model(model_name);
+    std::tie(cfg.data.width, cfg.data.height) = parse_size(size);
+    cfg.data.channels = m.input_channels;
+    MemoryLedger ledger;
+    std::unique_ptr<StepKernel> kernel;
+    if (model_name == kBuiltinModel) {
+        kernel = std::make_unique<AotStepKernel>(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
+    } else {
+        std::cout << "JIT-compiling the training step of " << m.name << " (no prebuilt library)...\n" << std::flush;
+        kernel = std::make_unique<JitStepKernel>(m);
+    }
+    std::cout << "training " << m.name << " untiled on generated " << cfg.data.width << "x" << cfg.data.height
+              << " images (marks: filled = class 1, hollow = class 0), " << cfg.steps << " steps of batch "
+              << cfg.batch << ", " << cfg.optimizer.kind << " lr " << cfg.optimizer.lr << "\n";
+    TrainReport r = train_synthetic(m, *kernel, cfg, ledger, std::cout);
+    const size_t k = std::min<size_t>(10, r.losses.size() / 2);
+    if (k > 0) {
+        std::printf("loss: first %zu steps %.4f -> last %zu steps %.4f; accuracy %.1f%% -> %.1f%%\n", k,
+                    mean(r.losses, 0, k), k, mean(r.losses, r.losses.size() - k, r.losses.size()),
+                    100 * mean(r.accuracy, 0, k), 100 * mean(r.accuracy, r.accuracy.size() - k, r.accuracy.size()));
+    }
+    std::printf("%.1f s; peak working memory (ledger) %s, of which Halide %s; process high-water mark %s\n", r.seconds,
+                format_bytes(r.peak_working).c_str(), format_bytes(ledger.halide_peak()).c_str(),
+                format_bytes(r.high_water_mark).c_str());
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    CLI::App app{"segtile: train convolutional networks on images larger than memory, with exact gradients"};
+    app.require_subcommand(1);
+
+    auto *train = app.add_subcommand("train", "train a model (default: the built-in task and model)");
+    std::string model = kBuiltinModel, size = "64x64";
+    segtile::TrainConfig cfg;
+    cfg.optimizer.kind = "adam";
+    cfg.optimizer.lr = 0.01f;
+    train->add_option("--model", model, "shipped model name or model .json file")->capture_default_str();
+    train->add_option("--size", size, "image size WIDTHxHEIGHT")->capture_default_str();
+    train->add_option("--steps", cfg.steps, "training steps")->capture_default_str()->check(CLI::PositiveNumber);
+    train->add_option("--batch", cfg.batch, "images per step")->capture_default_str()->check(CLI::PositiveNumber);
+    train->add_option("--lr", cfg.optimizer.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+    train->add_option("--optimizer", cfg.optimizer.kind, "sgd or adam")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"sgd", "adam"}));
+    train->add_option("--momentum", cfg.optimizer.momentum, "sgd momentum")->capture_default_str();
+    train->add_option("--weight-decay", cfg.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
+    train->add_option("--seed", cfg.seed, "random seed (weights and data)")->capture_default_str();
+
+    CLI11_PARSE(app, argc, argv);
+    try {
+        if (train->parsed()) return run_train(model, size, cfg);
+    } catch (const segtile::ModelError &e) {
+        std::fprintf(stderr, "segtile: %s\n", e.what());
+        return 2;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "segtile: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

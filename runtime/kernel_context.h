@@ -1,0 +1,22 @@
+// KernelContext: what an AOT kernel call carries as its user_context. The
+// Halide runtime's malloc, free and error hooks find the ledger and the
+// error text through it, so concurrent runs need no global state.
+#pragma once
+
+#include <string>
+
+#include "runtime/memory_ledger.h"
+
+namespace segtile {
+
+struct KernelContext {
+    MemoryLedger *ledger = nullptr;
+    std::string last_error;
+
+    // Installs segtile's malloc/free/error hooks in the Halide runtime linked
+    // into this process (idempotent). Kernels must be compiled with the
+    // user_context target feature.
+    static void install_halide_hooks();
+};
+
+}  // namespace segtile

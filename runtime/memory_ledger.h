@@ -1,0 +1,47 @@
+// MemoryLedger: every byte the runtime and the Halide kernels allocate is
+// counted here, so reported peaks are measured, not estimated. Halide's
+// allocations reach it through the kernels' user_context (KernelContext),
+// so there is no global ledger.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace segtile {
+
+class MemoryLedger {
+public:
+    // Categories reported separately: the checkpoint store is not working memory.
+    enum class Kind { Working, Checkpoint };
+
+    void allocated(size_t bytes, Kind k = Kind::Working);
+    void freed(size_t bytes, Kind k = Kind::Working);
+
+    int64_t current(Kind k = Kind::Working) const { return counter(k).current.load(); }
+    int64_t peak(Kind k = Kind::Working) const { return counter(k).peak.load(); }
+    int64_t halide_peak() const { return halide_.peak.load(); }
+    void reset_peaks();
+
+    // Allocations made by Halide kernels: working memory, also tracked apart.
+    void halide_allocated(size_t bytes);
+    void halide_freed(size_t bytes);
+
+private:
+    struct Counter {
+        std::atomic<int64_t> current{0}, peak{0};
+        void add(int64_t b);
+    };
+    Counter &counter(Kind k) { return k == Kind::Working ? working_ : checkpoint_; }
+    const Counter &counter(Kind k) const { return k == Kind::Working ? working_ : checkpoint_; }
+    Counter working_, checkpoint_, halide_;
+};
+
+// The process's resident-set high-water mark (VmHWM), in bytes.
+int64_t process_high_water_mark();
+
+// "12.3 MiB"
+std::string format_bytes(int64_t bytes);
+
+}  // namespace segtile
