@@ -27,7 +27,7 @@ Interval input_interval(const Layer &l, const Interval &out) {
     case LayerKind::AvgPool:
         return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + l.kernel - 1};
     case LayerKind::Upsample:
-        return {out.lo / l.factor, out.hi / l.factor};
+        return {floor_div(out.lo, l.factor), floor_div(out.hi, l.factor)};
     default:
         return out;  // elementwise and joins; global layers are handled by callers
     }

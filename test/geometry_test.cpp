@@ -387,10 +387,12 @@ Model residual() {
     return ModelBuilder("residual", 3)
         .conv2d("stem", 4, 3).padding(1)
         .relu("stem_relu")
-        .conv2d("a", 8, 3).stride(2).padding(1)
+        // The 1x1 branch comes first in layer order, so the backward walk
+        // meets its (smaller) region of stem_relu last.
+        .conv2d("down", 8, 1).stride(2)
+        .conv2d("a", 8, 3).stride(2).padding(1).inputs({"stem_relu"})
         .relu("a_relu")
         .conv2d("b", 8, 3).padding(1)
-        .conv2d("down", 8, 1).stride(2).inputs({"stem_relu"})
         .add("sum", {"b", "down"})
         .relu("sum_relu")
         .avg_pool("pool", 3).stride(1).padding(1)
