@@ -36,10 +36,10 @@ int run_train(const std::string &model_name, const std::string &size, segtile::T
     MemoryLedger ledger;
     std::unique_ptr<StepKernel> kernel;
     if (model_name == kBuiltinModel) {
-        kernel = std::make_unique<AotStepKernel>(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
+        kernel = aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
     } else {
         std::cout << "JIT-compiling the training step of " << m.name << " (no prebuilt library)...\n" << std::flush;
-        kernel = std::make_unique<JitStepKernel>(m);
+        kernel = jit_step(m, &ledger);
     }
     std::cout << "training " << m.name << " untiled on generated " << cfg.data.width << "x" << cfg.data.height
               << " images (marks: filled = class 1, hollow = class 0), " << cfg.steps << " steps of batch "

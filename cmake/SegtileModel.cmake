@@ -19,9 +19,9 @@ function(segtile_add_training_step NAME)
   endif ()
   get_filename_component(model "${ARG_MODEL}" ABSOLUTE)
   add_halide_library(${NAME} FROM segtile_generators
-                     GENERATOR segtile_training_step
+                     GENERATOR segtile_kernel
                      FEATURES user_context
                      DEPENDS "${model}"
                      ${extra}
-                     PARAMS model_file=${model} precision=${ARG_PRECISION})
+                     PARAMS model_file=${model} untiled=true kind=head precision=${ARG_PRECISION})
 endfunction()

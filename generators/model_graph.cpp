@@ -7,17 +7,12 @@
 #include "generators/layers/normalisation.h"
 #include "generators/layers/pooling.h"
 #include "generators/layers/resampling.h"
+#include "spec/kernel_signature.h"
 
 namespace segtile {
 
 using Halide::Expr;
 using Halide::Func;
-
-std::string halide_name(const std::string &s) {
-    std::string o;
-    for (char ch : s) o += std::isalnum((unsigned char)ch) ? ch : '_';
-    return o;
-}
 
 std::vector<TensorBounds> whole_image_bounds(const Model &m, Expr width, Expr height) {
     const int L = (int)m.layers.size();
@@ -56,7 +51,7 @@ std::vector<Func> build_forward(const Model &m, const std::map<int, Func> &sourc
 
     for (int i = first; i <= last; i++) {
         const Layer &l = m.layers[i];
-        const std::string name = "l_" + halide_name(l.name);
+        const std::string name = "l_" + c_identifier(l.name);
         std::vector<Func> ins;
         std::vector<int> in_ch;
         for (int src : l.input_ids) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "Halide.h"
+#include "spec/kernel_signature.h"
 #include "spec/model.h"
 
 namespace segtile {
@@ -21,11 +22,11 @@ struct TensorBounds {
 // Index of the model input among tensors: tensors are layers 0..L-1, then the input.
 inline int input_tensor(const Model &m) { return (int)m.layers.size(); }
 
+// Name of a layer's Func is "l_" + halide_name(layer name).
+inline std::string halide_name(const std::string &s) { return c_identifier(s); }
+
 // Whole-image bounds of every tensor for an image of width x height.
 std::vector<TensorBounds> whole_image_bounds(const Model &m, Halide::Expr width, Halide::Expr height);
-
-// Halide-safe name for a model name ("features.0.weight" -> "features_0_weight").
-std::string halide_name(const std::string &s);
 
 // Builds layers first..last. `sources` maps tensor index -> Func for every
 // tensor read but not built here (the model input, checkpoints); those are

@@ -1,14 +1,11 @@
 // StepKernel: one compiled untiled training step (forward, loss, backward)
-// of a model. AotStepKernel calls a library built by
-// segtile_add_training_step through its generic _argv entry point and
-// metadata, binding arguments by name, so the runtime needs no per-model code.
+// of a model: the head kernel of the untiled layout, from an AOT library
+// (AotStepKernel) or JIT-compiled (apps/jit_step_kernel.h).
 #pragma once
 
-#include <string>
-#include <vector>
+#include <memory>
 
-#include "HalideRuntime.h"
-#include "runtime/kernel_context.h"
+#include "runtime/kernel.h"
 #include "runtime/parameters.h"
 #include "runtime/tensor.h"
 #include "spec/model.h"
@@ -26,19 +23,20 @@ public:
                       Tensor &prediction, Tensor &grad_image) = 0;
 };
 
-class AotStepKernel : public StepKernel {
+// Runs any Kernel whose signature is the untiled head's.
+class KernelStep : public StepKernel {
 public:
-    using ArgvFn = int (*)(void **);
-    using MetadataFn = const halide_filter_metadata_t *(*)();
-    AotStepKernel(const Model &m, ArgvFn argv, MetadataFn metadata, MemoryLedger *ledger);
+    KernelStep(const Model &m, std::unique_ptr<Kernel> kernel) : model_(m), kernel_(std::move(kernel)) {}
     float run(const Tensor &image, halide_buffer_t *labels_or_target, ParamStore &params, Tensor &prediction,
               Tensor &grad_image) override;
 
 private:
     Model model_;
-    ArgvFn argv_;
-    const halide_filter_metadata_t *md_;
-    KernelContext ctx_;
+    std::unique_ptr<Kernel> kernel_;
 };
+
+// The untiled training step from a library built by segtile_add_training_step.
+std::unique_ptr<StepKernel> aot_step(const Model &m, AotKernel::ArgvFn argv, AotKernel::MetadataFn metadata,
+                                     MemoryLedger *ledger);
 
 }  // namespace segtile

@@ -12,7 +12,7 @@ using namespace segtile;
 TEST(AotStep, MatchesJitReference) {
     Model m = load_model("tiny_cnn");
     MemoryLedger ledger;
-    AotStepKernel aot(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
+    auto aot = aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
     ParamStore params(m, &ledger);
     params.init_pytorch_default(7);
     const int W = 37, H = 29, N = 3;  // odd sizes: partial pooling windows
@@ -22,7 +22,7 @@ TEST(AotStep, MatchesJitReference) {
     for (int64_t i = 0; i < image.numel(); i++) image.data()[i] = nd(rng);
     Halide::Runtime::Buffer<int32_t> labels(N);
     for (int n = 0; n < N; n++) labels(n) = n % 2;
-    const float loss = aot.run(image, labels.raw_buffer(), params, pred, grad_image);
+    const float loss = aot->run(image, labels.raw_buffer(), params, pred, grad_image);
 
     JitTrainingStep jit(m, Halide::Float(32));
     auto as_buffer = [](const Tensor &t) {
@@ -53,5 +53,5 @@ TEST(AotStep, RejectsLibraryOfAnotherModel) {
     Model m = load_model("tiny_cnn");
     m.layers[0].param_prefix = "renamed";
     MemoryLedger ledger;
-    EXPECT_THROW(AotStepKernel(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger), std::runtime_error);
+    EXPECT_THROW(aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger), std::runtime_error);
 }

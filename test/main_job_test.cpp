@@ -19,12 +19,12 @@ float mean(const std::vector<float> &v, size_t from, size_t to) {
 TEST(MainJob, DefaultTrainingLossFalls) {
     Model m = load_model("tiny_cnn");
     MemoryLedger ledger;
-    AotStepKernel kernel(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
+    auto kernel = aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
     TrainConfig cfg;  // the defaults of `segtile train`
     cfg.optimizer.kind = "adam";
     cfg.optimizer.lr = 0.01f;
     std::ostringstream log;
-    TrainReport r = train_synthetic(m, kernel, cfg, ledger, log);
+    TrainReport r = train_synthetic(m, *kernel, cfg, ledger, log);
     ASSERT_EQ((int)r.losses.size(), cfg.steps);
     const size_t n = r.losses.size();
     const float first = mean(r.losses, 0, 10), last = mean(r.losses, n - 10, n);
@@ -40,7 +40,7 @@ TEST(MainJob, ModelThatDoesNotFitTheTaskIsRejected) {
     Model m = load_model("tiny_cnn");
     m.input_channels = 3;
     MemoryLedger ledger;
-    AotStepKernel kernel(load_model("tiny_cnn"), tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
+    auto kernel = aot_step(load_model("tiny_cnn"), tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
     std::ostringstream log;
-    EXPECT_THROW(train_synthetic(m, kernel, TrainConfig{}, ledger, log), std::invalid_argument);
+    EXPECT_THROW(train_synthetic(m, *kernel, TrainConfig{}, ledger, log), std::invalid_argument);
 }

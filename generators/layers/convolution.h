@@ -14,7 +14,14 @@ inline Func conv2d(const Func &in, const Func &weight, const Func &bias, const L
     Dims v;
     const int cin_g = l.in_channels / l.groups, cout_g = l.out_channels / l.groups;
     RDom r(0, l.kernel, 0, l.kernel, 0, cin_g, name + "_r");
-    Expr ci = l.groups == 1 ? Expr(r.z) : (v.c / cout_g) * cin_g + r.z;
+    // The clamp never changes a value (ci is always in [0, in_channels)); it
+    // keeps Halide's autodiff off a wrong rewrite. Without it, for groups > 1
+    // with one output channel per group, the input adjoint is scattered to
+    // c * cin_g + r.z, which Halide's "s * r.x + r.y -> x" scatter
+    // simplification turns into x while still summing over r.z: each input
+    // channel's gradient becomes the sum over its whole group (seen with
+    // in 4, out 2, groups 2; test/layer_gradient_test.cpp).
+    Expr ci = l.groups == 1 ? Expr(r.z) : Halide::clamp((v.c / cout_g) * cin_g + r.z, 0, l.in_channels - 1);
     Func f(name);
     f(v.x, v.y, v.c, v.n) = bias.defined() ? bias(v.c) : constant(t, 0);
     f(v.x, v.y, v.c, v.n) += weight(r.x, r.y, r.z, v.c) *

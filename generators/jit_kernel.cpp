@@ -1,0 +1,90 @@
+#include "generators/jit_kernel.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "generators/kernels.h"
+
+namespace segtile {
+
+namespace {
+
+constexpr size_t kAlign = 128;
+
+void *jit_malloc(Halide::JITUserContext *uc, size_t bytes) {
+    void *base = std::aligned_alloc(kAlign, kAlign + ((bytes + kAlign - 1) / kAlign) * kAlign);
+    if (!base) return nullptr;
+    std::memcpy(base, &bytes, sizeof bytes);
+    auto *ctx = static_cast<JitKernel::Context *>(uc);
+    if (ctx && ctx->ledger) ctx->ledger->halide_allocated(bytes);
+    return static_cast<char *>(base) + kAlign;
+}
+
+void jit_free(Halide::JITUserContext *uc, void *ptr) {
+    if (!ptr) return;
+    char *base = static_cast<char *>(ptr) - kAlign;
+    size_t bytes;
+    std::memcpy(&bytes, base, sizeof bytes);
+    auto *ctx = static_cast<JitKernel::Context *>(uc);
+    if (ctx && ctx->ledger) ctx->ledger->halide_freed(bytes);
+    std::free(base);
+}
+
+void jit_error(Halide::JITUserContext *uc, const char *msg) { static_cast<JitKernel::Context *>(uc)->error += msg; }
+
+}  // namespace
+
+JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
+                     MemoryLedger *ledger, const std::set<std::string> &only) {
+    const auto full_sig = kernel_signature(m, layout, kind, segment);
+    KernelInputs in;
+    std::vector<Halide::Argument> args;
+    for (const auto &a : full_sig) {
+        if (a.output) continue;
+        if (a.scalar) {
+            Halide::Param<int32_t> p(a.name);
+            in.scalars[a.name] = p;
+            args.push_back(p);
+        } else {
+            Halide::ImageParam p(a.integer ? Halide::Int(32) : t, a.dims, a.name);
+            in.buffers[a.name] = p;
+            if (a.dims == 4) in.extents[a.name] = {p.dim(0).extent(), p.dim(1).extent(), p.dim(3).extent()};
+            args.push_back(p);
+        }
+        sig_.push_back(a);
+    }
+    std::map<std::string, Halide::Func> outs;
+    try {
+        outs = build_kernel(m, layout, kind, segment, in, t);
+    } catch (const Halide::Error &e) {
+        throw std::runtime_error(std::string("Halide: ") + e.what());
+    }
+    std::vector<Halide::Func> out_funcs;
+    for (const auto &a : full_sig)
+        if (a.output && (only.empty() || only.count(a.name))) {
+            out_funcs.push_back(outs.at(a.name));
+            sig_.push_back(a);
+        }
+    schedule_reference(out_funcs);
+    try {
+        callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args);
+    } catch (const Halide::Error &e) {
+        throw std::runtime_error(std::string("Halide: ") + e.what());
+    }
+    ctx_.ledger = ledger;
+    ctx_.handlers.custom_malloc = jit_malloc;
+    ctx_.handlers.custom_free = jit_free;
+    ctx_.handlers.custom_error = jit_error;
+}
+
+void JitKernel::call(const std::vector<void *> &args) {
+    std::vector<const void *> argv(args.size() + 1);
+    Halide::JITUserContext *uc = &ctx_;
+    argv[0] = &uc;
+    for (size_t i = 0; i < args.size(); i++) argv[i + 1] = args[i];
+    ctx_.error.clear();
+    if (int err = callable_.call_argv_fast(argv.size(), argv.data()))
+        throw std::runtime_error("JIT kernel failed (" + std::to_string(err) + "): " + ctx_.error);
+}
+
+}  // namespace segtile

@@ -1,0 +1,32 @@
+// JitKernel: a kernel of spec/kernel_signature.h JIT-compiled in this
+// process, with the same calling convention as an AOT library, so the
+// executor runs either. Its allocations go to the ledger too.
+#pragma once
+
+#include <set>
+
+#include "Halide.h"
+#include "runtime/kernel.h"
+
+namespace segtile {
+
+class JitKernel : public Kernel {
+public:
+    // `only` restricts the outputs (e.g. {"loss"} for a forward-only head).
+    JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
+              MemoryLedger *ledger = nullptr, const std::set<std::string> &only = {});
+    const std::vector<KernelArg> &signature() const override { return sig_; }
+    void call(const std::vector<void *> &args) override;
+
+    struct Context : Halide::JITUserContext {
+        MemoryLedger *ledger = nullptr;
+        std::string error;
+    };
+
+private:
+    std::vector<KernelArg> sig_;
+    Halide::Callable callable_;
+    Context ctx_;
+};
+
+}  // namespace segtile

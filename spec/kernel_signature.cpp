@@ -1,0 +1,103 @@
+#include "spec/kernel_signature.h"
+
+#include <cctype>
+
+namespace segtile {
+
+std::string tensor_name(const Model &m, int tensor) {
+    return tensor == (int)m.layers.size() ? "image" : c_identifier(m.layers[tensor].name);
+}
+
+std::string c_identifier(const std::string &s) {
+    std::string o;
+    for (char ch : s) o += std::isalnum((unsigned char)ch) ? ch : '_';
+    return o;
+}
+
+std::pair<int, int> kernel_layers(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment) {
+    if (kind == KernelKind::Head) return {layout.head_first, m.loss.input_id};
+    const SegmentSpec &s = layout.segments.at(segment);
+    return {s.first, s.last};
+}
+
+SegmentLayout untiled_layout(const Model &m) {
+    SegmentLayout l;
+    l.head_first = 0;
+    l.head_inputs = {(int)m.layers.size()};
+    return l;
+}
+
+std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment) {
+    std::vector<KernelArg> args;
+    auto buffer = [&](std::string name, bool output, int tensor) {
+        KernelArg a;
+        a.name = std::move(name);
+        a.output = output;
+        a.dims = 4;
+        a.tensor = tensor;
+        args.push_back(a);
+    };
+    const auto [first, last] = kernel_layers(m, layout, kind, segment);
+    const auto specs = m.params();
+    auto params = [&](bool grads) {
+        for (size_t p = 0; p < specs.size(); p++) {
+            const ParamSpec &s = specs[p];
+            if (s.layer < first || s.layer > last || (grads && !s.trainable)) continue;
+            KernelArg a;
+            a.name = (grads ? "grad_" : "") + c_identifier(s.name);
+            a.output = grads;
+            a.dims = (int)s.dims.size();
+            a.param = (int)p;
+            args.push_back(a);
+        }
+    };
+    if (kind == KernelKind::Head) {
+        for (int t : layout.head_inputs) buffer("in_" + tensor_name(m, t), false, t);
+        params(false);
+        KernelArg lt;
+        if (m.loss.kind == LossKind::SoftmaxCrossEntropy) {
+            lt.name = "labels";
+            lt.integer = true;
+            lt.dims = 1;
+        } else {
+            lt.name = "target";
+            lt.dims = 4;
+        }
+        args.push_back(lt);
+        KernelArg loss;
+        loss.name = "loss";
+        loss.output = true;
+        args.push_back(loss);
+        buffer("prediction", true, m.loss.input_id);
+        for (int t : layout.head_inputs) buffer("grad_in_" + tensor_name(m, t), true, t);
+        params(true);
+        return args;
+    }
+    const SegmentSpec &s = layout.segments.at(segment);
+    for (const char *n : {"image_width", "image_height"}) {
+        KernelArg a;
+        a.name = n;
+        a.scalar = true;
+        args.push_back(a);
+    }
+    for (int t : s.outputs)
+        for (const char *e : {"x_min", "x_max", "y_min", "y_max"}) {
+            KernelArg a;
+            a.name = "tile_" + tensor_name(m, t) + "_" + e;
+            a.scalar = true;
+            a.tensor = t;
+            args.push_back(a);
+        }
+    for (int t : s.inputs) buffer("in_" + tensor_name(m, t), false, t);
+    params(false);
+    if (kind == KernelKind::Forward) {
+        for (int t : s.outputs) buffer("out_" + tensor_name(m, t), true, t);
+        return args;
+    }
+    for (int t : s.outputs) buffer("grad_out_" + tensor_name(m, t), false, t);
+    for (int t : s.inputs) buffer("grad_in_" + tensor_name(m, t), true, t);
+    params(true);
+    return args;
+}
+
+}  // namespace segtile

@@ -1,0 +1,49 @@
+// The argument list of every compiled kernel, as plain data: the generators
+// declare their Inputs/Outputs from it, the JIT path builds its Params from
+// it, and the runtime binds buffers to it by name. Tensors are named after
+// their layer ("conv3"), the model input is "image".
+//
+// forward (segment s):  scalars image_width, image_height, and for each output
+//                       tensor T: tile_T_{x_min,x_max,y_min,y_max};
+//                       in_T (window of each input checkpoint), parameters;
+//                       -> out_T (each output over its tile)
+// backward (segment s): the forward's inputs plus grad_out_T (each output's
+//                       gradient over its tile)
+//                       -> grad_in_T (each input's gradient over its window),
+//                          grad_<param> (this tile's share)
+// head:                 in_T (whole checkpoints), parameters, labels (n) or
+//                       target -> loss, prediction, grad_in_T, grad_<param>
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "spec/model.h"
+#include "spec/segments.h"
+
+namespace segtile {
+
+enum class KernelKind { Forward, Backward, Head };
+
+struct KernelArg {
+    std::string name;
+    bool output = false;
+    bool scalar = false;  // int32 scalar; otherwise a buffer
+    bool integer = false;  // int32 buffer (labels); otherwise the model's float type
+    int dims = 0;
+    int tensor = -1;       // tensor index for in_/out_/grad_ buffers
+    int param = -1;        // m.params() index for parameters and their gradients
+};
+
+std::string tensor_name(const Model &m, int tensor);  // layer name, or "image"
+std::string c_identifier(const std::string &s);       // "features.0.weight" -> "features_0_weight"
+
+std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);
+
+// Layers a kernel evaluates (and whose parameters it reads).
+std::pair<int, int> kernel_layers(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);
+
+// The layout of untiled training: no segments, the head is the whole model.
+SegmentLayout untiled_layout(const Model &m);
+
+}  // namespace segtile

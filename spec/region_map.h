@@ -1,0 +1,87 @@
+// Region maps generic over the coordinate type: int64_t for the executor and
+// planner, Halide::Expr inside the segment kernels. One formula serves both,
+// so the windows the executor allocates are the windows the kernels read.
+// `Ops` supplies min, max and floor division for T (see IntOps below; the
+// generators define the Expr version).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "spec/model.h"
+
+namespace segtile {
+
+template <typename T>
+struct Span {
+    T lo, hi;  // inclusive
+};
+
+template <typename T>
+struct Box {
+    Span<T> x, y;
+};
+
+struct IntOps {
+    static int64_t min(int64_t a, int64_t b) { return std::min(a, b); }
+    static int64_t max(int64_t a, int64_t b) { return std::max(a, b); }
+    static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+};
+
+// The span of a layer's (first) input read to produce `out` along one axis.
+template <typename T, typename Ops>
+Span<T> input_span(const Layer &l, const Span<T> &out) {
+    switch (l.kind) {
+    case LayerKind::Conv2d:
+        return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + l.dilation * (l.kernel - 1)};
+    case LayerKind::MaxPool:
+    case LayerKind::AvgPool:
+        return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + (l.kernel - 1)};
+    case LayerKind::Upsample:
+        return {Ops::floor_div(out.lo, l.factor), Ops::floor_div(out.hi, l.factor)};
+    default:
+        return out;
+    }
+}
+
+template <typename T, typename Ops>
+Box<T> hull(const Box<T> &a, const Box<T> &b) {
+    return {{Ops::min(a.x.lo, b.x.lo), Ops::max(a.x.hi, b.x.hi)}, {Ops::min(a.y.lo, b.y.lo), Ops::max(a.y.hi, b.y.hi)}};
+}
+
+template <typename T, typename Ops>
+Box<T> intersect(const Box<T> &a, const Box<T> &b) {
+    return {{Ops::max(a.x.lo, b.x.lo), Ops::min(a.x.hi, b.x.hi)}, {Ops::max(a.y.lo, b.y.lo), Ops::min(a.y.hi, b.y.hi)}};
+}
+
+// Regions of every tensor (layers 0..L-1, then the input at index L) that
+// layers first..last need to produce `targets` (tensor -> region), clipped
+// to each tensor's whole extent `full`. Tensors nothing needs stay nullopt.
+// Which tensors are needed is structural (the same for every tile), so the
+// result has the same shape for int64_t and Expr.
+template <typename T, typename Ops>
+std::vector<std::optional<Box<T>>> required_boxes(const Model &m, int first, int last,
+                                                  const std::vector<std::pair<int, Box<T>>> &targets,
+                                                  const std::vector<Box<T>> &full) {
+    const int L = (int)m.layers.size();
+    std::vector<std::optional<Box<T>>> need(L + 1);
+    auto merge = [&](int t, const Box<T> &b) {
+        Box<T> c = intersect<T, Ops>(b, full[t]);
+        need[t] = need[t] ? hull<T, Ops>(*need[t], c) : c;
+    };
+    for (const auto &[t, b] : targets) merge(t, b);
+    for (int i = last; i >= first; i--) {
+        if (!need[i]) continue;
+        const Layer &l = m.layers[i];
+        for (int src : l.input_ids) {
+            const int t = src < 0 ? L : src;
+            if (Model::is_global(l.kind)) merge(t, full[t]);
+            else merge(t, {input_span<T, Ops>(l, need[i]->x), input_span<T, Ops>(l, need[i]->y)});
+        }
+    }
+    return need;
+}
+
+}  // namespace segtile
