@@ -81,12 +81,38 @@ Case pool_case(const std::string &name, bool is_max, int cin, int k, int s, int 
             sizes, is_max ? ImageKind::Distinct : ImageKind::Normal};
 }
 
+// Random conv configurations from a fixed seed, on top of the hand-picked ones.
+std::vector<Case> random_conv_cases(int count, unsigned seed) {
+    std::mt19937 rng(seed);
+    auto pick = [&](std::vector<int> v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)]; };
+    std::vector<Case> out;
+    for (int i = 0; i < count; i++) {
+        const int g = pick({1, 1, 2, 3});
+        const int cin = g * pick({1, 2}), cout = g * pick({1, 2});
+        const int k = pick({1, 2, 3, 4}), s = pick({1, 2, 3}), p = pick({0, 1, 2}), d = pick({1, 2});
+        const bool bias = pick({0, 1});
+        const int span = std::max(d * (k - 1) + 1 - 2 * p, 1);
+        auto size = [&] { return span + pick({0, 1, 2, 3, 4}); };
+        std::vector<std::array<int, 3>> sizes = {{size(), size(), pick({1, 2})}, {size(), size(), 1}};
+        std::string name = "conv_random" + std::to_string(i) + "_ci" + std::to_string(cin) + "_co" +
+                           std::to_string(cout) + "_k" + std::to_string(k) + "_s" + std::to_string(s) + "_p" +
+                           std::to_string(p) + "_d" + std::to_string(d) + "_g" + std::to_string(g) +
+                           (bias ? "_bias" : "_nobias");
+        out.push_back(conv_case(name, cin, cout, k, s, p, d, g, bias, sizes));
+    }
+    return out;
+}
+
 std::vector<Case> all_cases() {
     std::vector<Case> c = {
         conv_case("conv_k3_s1_p1", 3, 2, 3, 1, 1, 1, 1, true, {{5, 4, 2}, {3, 7, 1}}),
         conv_case("conv_k3_s2_p0_nobias", 2, 3, 3, 2, 0, 1, 1, false, {{7, 5, 1}, {6, 8, 2}}),
         conv_case("conv_k3_s1_p2_d2", 2, 2, 3, 1, 2, 2, 1, true, {{5, 3, 1}, {4, 6, 2}}),
         conv_case("conv_k4_s2_p2_g2", 4, 2, 4, 2, 2, 1, 2, true, {{7, 5, 1}, {4, 9, 2}}),
+        // One output channel per group with cin/groups >= groups: Halide's autodiff summed each
+        // input channel's gradient over its group before the fix in generators/layers/convolution.h.
+        conv_case("conv_k1_g2_in4_out2", 4, 2, 1, 1, 0, 1, 2, true, {{5, 3, 1}, {2, 4, 2}}),
+        conv_case("conv_k2_s2_p0_g1", 2, 2, 2, 2, 0, 1, 1, true, {{7, 5, 1}, {4, 6, 2}}),
         conv_case("conv_k3_s2_p1_d2_depthwise", 3, 3, 3, 2, 1, 2, 3, true, {{7, 6, 2}, {5, 9, 1}}),
         conv_case("conv_k2_s3_p1_g3", 6, 3, 2, 3, 1, 1, 3, false, {{8, 7, 1}, {5, 5, 2}}),
         {"relu", [] { return net(3).relu("act").loss(LK::MeanSquaredError).build(); }, {{5, 4, 2}, {3, 7, 1}},
@@ -163,6 +189,7 @@ std::vector<Case> all_cases() {
          },
          {{6, 4, 2}, {4, 2, 1}}},
     };
+    for (auto &r : random_conv_cases(3, 777)) c.push_back(r);
     return c;
 }
 
