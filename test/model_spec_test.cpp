@@ -86,6 +86,14 @@ TEST(ShippedModels, EveryFileInModelsDirLoads) {
     EXPECT_GE(n, 5) << "expected tiny_cnn, vgg16, darknet19, resnet18 and unet in " << models_dir();
 }
 
+TEST(ShippedModels, TinyCnn) {
+    const Model m = load_model("tiny_cnn");
+    EXPECT_EQ(count(m).trainable, (9 * 1 * 8 + 8) + (9 * 8 * 16 + 16) + (9 * 16 * 16 + 16) + (16 * 2 + 2));
+    EXPECT_EQ(count(m).trainable, 3602);
+    expect_shape(shape_of(m, m.shapes(4, 4), "relu3"), 1, 1, 16);
+    EXPECT_THAT(error_of([&] { m.shapes(3, 4); }), HasSubstr("layer 'pool2'"));
+}
+
 TEST(ShippedModels, Vgg16) {
     const Model m = load_model("vgg16");
     const Counts c = count(m);
