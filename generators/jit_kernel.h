@@ -30,3 +30,21 @@ private:
 };
 
 }  // namespace segtile
+
+#include "runtime/executor.h"
+
+namespace segtile {
+
+// Every kernel of a segment layout, JIT-compiled.
+inline ModelKernels jit_model_kernels(const Model &m, const SegmentLayout &layout, Halide::Type t,
+                                      MemoryLedger *ledger = nullptr) {
+    ModelKernels k;
+    for (size_t s = 0; s < layout.segments.size(); s++) {
+        k.forward.push_back(std::make_unique<JitKernel>(m, layout, KernelKind::Forward, (int)s, t, ledger));
+        k.backward.push_back(std::make_unique<JitKernel>(m, layout, KernelKind::Backward, (int)s, t, ledger));
+    }
+    k.head = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, ledger);
+    return k;
+}
+
+}  // namespace segtile

@@ -5,11 +5,11 @@
 
 namespace segtile {
 
-ParamStore::ParamStore(const Model &m, MemoryLedger *ledger) : specs_(m.params()) {
+ParamStore::ParamStore(const Model &m, MemoryLedger *ledger, halide_type_t type) : specs_(m.params()) {
     for (const auto &s : specs_) {
         kinds_.push_back(m.layers[s.layer].kind);
-        values.emplace_back(s.dims, ledger);
-        grads.push_back(s.trainable ? Tensor(s.dims, ledger) : Tensor());
+        values.emplace_back(s.dims, ledger, MemoryLedger::Kind::Working, type);
+        grads.push_back(s.trainable ? Tensor(s.dims, ledger, MemoryLedger::Kind::Working, type) : Tensor());
     }
 }
 
@@ -29,13 +29,16 @@ void ParamStore::init_pytorch_default(uint64_t seed) {
         }
         const float bound = 1.0f / std::sqrt((float)fan_in);
         std::uniform_real_distribution<float> u(-bound, bound);
-        for (int64_t k = 0; k < t.numel(); k++) t.data()[k] = u(rng);
+        if (t.type() == halide_type_of<double>())
+            for (int64_t k = 0; k < t.numel(); k++) t.as<double>()[k] = u(rng);
+        else
+            for (int64_t k = 0; k < t.numel(); k++) t.data()[k] = u(rng);
     }
 }
 
 void ParamStore::zero_grads() {
     for (auto &g : grads)
-        if (g.defined()) g.fill(0);
+        if (g.defined()) g.zero();
 }
 
 int64_t ParamStore::bytes() const {

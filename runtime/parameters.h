@@ -12,7 +12,7 @@ namespace segtile {
 
 class ParamStore {
 public:
-    ParamStore(const Model &m, MemoryLedger *ledger);
+    ParamStore(const Model &m, MemoryLedger *ledger, halide_type_t type = halide_type_of<float>());
 
     // torch.nn defaults: conv/dense weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in))
     // (kaiming_uniform with a = sqrt(5)); batch norm weight 1, bias 0, mean 0, var 1.

@@ -8,7 +8,7 @@ float KernelStep::run(const Tensor &image, halide_buffer_t *labels_or_target, Pa
     Halide::Runtime::Buffer<float> loss(&loss_value, std::vector<int>{});
     const auto &specs = params.specs();
     // Views must outlive the call, and stay put: reserve before taking pointers.
-    std::vector<Halide::Runtime::Buffer<float>> views;
+    std::vector<Halide::Runtime::Buffer<>> views;
     views.reserve(3 + 2 * specs.size());
     for (const Tensor *t : std::initializer_list<const Tensor *>{&image, &prediction, &grad_image})
         views.push_back(t->view());

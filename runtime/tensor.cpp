@@ -1,22 +1,73 @@
 #include "runtime/tensor.h"
 
-#include <algorithm>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
 
 namespace segtile {
 
-Tensor::Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind)
-    : dims_(std::move(dims)), ledger_(ledger), kind_(kind) {
-    numel_ = 1;
-    for (int64_t d : dims_) numel_ *= d;
-    data_.reset(new float[numel_]());
+namespace {
+int64_t product(const std::vector<int64_t> &d) {
+    int64_t n = 1;
+    for (int64_t x : d) n *= x;
+    return n;
+}
+}  // namespace
+
+Tensor::Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind, halide_type_t type)
+    : dims_(std::move(dims)), numel_(product(dims_)), type_(type), ledger_(ledger), kind_(kind) {
+    auto *p = new uint64_t[(bytes() + 7) / 8]();  // zeroed, 8-byte aligned
+    data_ = p;
+    free_ = [p] { delete[] p; };
     if (ledger_) ledger_->allocated(bytes(), kind_);
+}
+
+Tensor Tensor::mapped(std::vector<int64_t> dims, const std::string &dir, MemoryLedger *ledger, halide_type_t type) {
+    Tensor t;
+    t.dims_ = std::move(dims);
+    t.numel_ = product(t.dims_);
+    t.type_ = type;
+    std::string path = dir + "/segtile-checkpoint-XXXXXX";
+    int fd = mkstemp(path.data());
+    if (fd < 0)
+        throw std::runtime_error("cannot create a checkpoint file in '" + dir + "': " + std::strerror(errno) +
+                                 "; choose a writable directory with room for the checkpoints");
+    const size_t len = std::max<size_t>(t.bytes(), 1);
+    if (ftruncate(fd, (off_t)len) != 0) {
+        close(fd);
+        unlink(path.c_str());
+        throw std::runtime_error("cannot size checkpoint file '" + path + "' to " + format_bytes((int64_t)len) +
+                                 ": " + std::strerror(errno));
+    }
+    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        unlink(path.c_str());
+        throw std::runtime_error("cannot map checkpoint file '" + path + "': " + std::strerror(errno));
+    }
+    t.data_ = p;
+    t.free_ = [p, len, path] {
+        munmap(p, len);
+        unlink(path.c_str());
+    };
+    t.ledger_ = ledger;
+    t.kind_ = MemoryLedger::Kind::Checkpoint;
+    if (ledger) ledger->allocated(t.bytes(), t.kind_);
+    return t;
 }
 
 Tensor::~Tensor() { release(); }
 
 void Tensor::release() {
-    if (data_ && ledger_) ledger_->freed(bytes(), kind_);
-    data_.reset();
+    if (data_) {
+        if (ledger_) ledger_->freed(bytes(), kind_);
+        free_();
+    }
+    data_ = nullptr;
+    free_ = nullptr;
 }
 
 Tensor::Tensor(Tensor &&o) noexcept { *this = std::move(o); }
@@ -26,19 +77,31 @@ Tensor &Tensor::operator=(Tensor &&o) noexcept {
         release();
         dims_ = std::move(o.dims_);
         numel_ = o.numel_;
-        data_ = std::move(o.data_);
+        type_ = o.type_;
+        data_ = o.data_;
+        free_ = std::move(o.free_);
         ledger_ = o.ledger_;
         kind_ = o.kind_;
+        o.data_ = nullptr;
         o.numel_ = 0;
     }
     return *this;
 }
 
-void Tensor::fill(float v) { std::fill(data_.get(), data_.get() + numel_, v); }
+void Tensor::check_type(halide_type_t t) const {
+    if (!(t == type_)) throw std::logic_error("tensor element type mismatch");
+}
 
-Halide::Runtime::Buffer<float> Tensor::view() const {
+void Tensor::fill(double v) {
+    if (type_ == halide_type_of<double>()) std::fill(as<double>(), as<double>() + numel_, v);
+    else std::fill(as<float>(), as<float>() + numel_, (float)v);
+}
+
+void Tensor::zero() { std::memset(data_, 0, bytes()); }
+
+Halide::Runtime::Buffer<> Tensor::view() const {
     std::vector<int> d(dims_.begin(), dims_.end());
-    return Halide::Runtime::Buffer<float>(const_cast<float *>(data_.get()), d);
+    return Halide::Runtime::Buffer<>(type_, data_, d);
 }
 
 std::string shape_string(const std::vector<int64_t> &dims) {

@@ -1,8 +1,11 @@
-// Tensor: an owning float32 array with Halide dims (innermost first), its
-// bytes counted in a MemoryLedger, viewable as a halide_buffer_t for kernels.
+// Tensor: an owning array with Halide dims (innermost first) and an element
+// type (float32 by default; float64 for exactness tests), its bytes counted
+// in a MemoryLedger, viewable as a halide_buffer_t for kernels. Checkpoints
+// larger than memory live in a memory-mapped file (Tensor::mapped).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +18,11 @@ namespace segtile {
 class Tensor {
 public:
     Tensor() = default;
-    Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind = MemoryLedger::Kind::Working);
+    Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind = MemoryLedger::Kind::Working,
+           halide_type_t type = halide_type_of<float>());
+    // Backed by a new file in `dir` (removed when the tensor dies); zeroed.
+    static Tensor mapped(std::vector<int64_t> dims, const std::string &dir, MemoryLedger *ledger,
+                         halide_type_t type = halide_type_of<float>());
     ~Tensor();
     Tensor(Tensor &&o) noexcept;
     Tensor &operator=(Tensor &&o) noexcept;
@@ -23,21 +30,32 @@ public:
     Tensor &operator=(const Tensor &) = delete;
 
     const std::vector<int64_t> &dims() const { return dims_; }
+    halide_type_t type() const { return type_; }
     int64_t numel() const { return numel_; }
-    int64_t bytes() const { return numel_ * (int64_t)sizeof(float); }
-    float *data() { return data_.get(); }
-    const float *data() const { return data_.get(); }
-    bool defined() const { return (bool)data_; }
-    void fill(float v);
+    int64_t bytes() const { return numel_ * type_.bytes(); }
+    bool defined() const { return data_ != nullptr; }
+    void *raw() const { return data_; }
+    float *data() { return as<float>(); }
+    const float *data() const { return const_cast<Tensor *>(this)->as<float>(); }
+    template <typename T>
+    T *as() {
+        check_type(halide_type_of<T>());
+        return static_cast<T *>(data_);
+    }
+    void fill(double v);
+    void zero();
 
     // A non-owning view for Halide kernels (dense, min 0 in every dim).
-    Halide::Runtime::Buffer<float> view() const;
+    Halide::Runtime::Buffer<> view() const;
 
 private:
+    void check_type(halide_type_t t) const;
     void release();
     std::vector<int64_t> dims_;
     int64_t numel_ = 0;
-    std::unique_ptr<float[]> data_;
+    halide_type_t type_ = halide_type_of<float>();
+    void *data_ = nullptr;
+    std::function<void()> free_;  // releases data_ (delete[] or munmap + unlink)
     MemoryLedger *ledger_ = nullptr;
     MemoryLedger::Kind kind_ = MemoryLedger::Kind::Working;
 };

@@ -35,7 +35,7 @@ SegmentLayout make_segments(const Model &m, std::vector<int> cuts) {
     SegmentLayout out;
     out.cuts = cuts;
     out.head_first = end + 1;
-    std::vector<int> seg_of(L + 1, -1);  // segment producing each tensor; -1: the image
+    std::vector<int> seg_of(L, -1);  // segment producing each layer's output; head layers: S
     int first = 0;
     std::vector<int> bounds = cuts;
     bounds.push_back(end);
@@ -47,8 +47,10 @@ SegmentLayout make_segments(const Model &m, std::vector<int> cuts) {
         out.segments.push_back(s);
         first = b + 1;
     }
+    const int S = (int)out.segments.size();
+    for (int i = end + 1; i < L; i++) seg_of[i] = S;
     // A tensor is a checkpoint when a later segment, the head or the loss reads it.
-    auto reader_segment = [&](int layer) { return layer > end ? (int)out.segments.size() : seg_of[layer]; };
+    auto reader_segment = [&](int layer) { return seg_of[layer]; };
     std::vector<std::set<int>> ins(out.segments.size()), outs(out.segments.size());
     std::set<int> head_ins;
     for (int i = 0; i < L; i++) {
@@ -57,9 +59,9 @@ SegmentLayout make_segments(const Model &m, std::vector<int> cuts) {
             const int t = src < 0 ? L : src;
             const int ps = src < 0 ? -1 : seg_of[src];
             if (ps == rs) continue;
-            if (rs < (int)out.segments.size()) ins[rs].insert(t);
+            if (rs < S) ins[rs].insert(t);
             else head_ins.insert(t);
-            if (ps >= 0) outs[ps].insert(t);
+            if (ps >= 0 && ps < S) outs[ps].insert(t);
         }
     }
     if (m.loss.input_id <= end) {  // dense loss on the trunk's output

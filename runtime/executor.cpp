@@ -1,0 +1,300 @@
+#include "runtime/executor.h"
+
+#include <deque>
+#include <stdexcept>
+
+#include "spec/kernel_signature.h"
+#include "spec/region_map.h"
+
+namespace segtile {
+
+namespace {
+
+using Buffer = Halide::Runtime::Buffer<>;
+
+// dst(x0 + x, y0 + y, c, 0) += src(x, y, c, 0): overlapping input-gradient windows add.
+template <typename T>
+void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0) {
+    const auto &d = dst.dims();
+    const auto &s = src.dims();
+    T *out = dst.as<T>();
+    const T *in = src.as<T>();
+    for (int64_t c = 0; c < s[2]; c++)
+        for (int64_t y = 0; y < s[1]; y++) {
+            T *row = out + (c * d[1] + y0 + y) * d[0] + x0;
+            const T *srow = in + (c * s[1] + y) * s[0];
+            for (int64_t x = 0; x < s[0]; x++) row[x] += srow[x];
+        }
+}
+
+template <typename T>
+void add_scaled(Tensor &dst, Tensor &src, double scale) {
+    T *out = dst.as<T>();
+    const T *in = src.as<T>();
+    for (int64_t k = 0; k < dst.numel(); k++) out[k] += (T)scale * in[k];
+}
+
+template <typename T>
+void scale(Tensor &t, double f) {
+    T *p = t.as<T>();
+    for (int64_t k = 0; k < t.numel(); k++) p[k] *= (T)f;
+}
+
+void scale(Tensor &t, double f) {
+    if (t.type() == halide_type_of<double>()) scale<double>(t, f);
+    else scale<float>(t, f);
+}
+
+void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0) {
+    if (dst.type() == halide_type_of<double>()) add_window<double>(dst, src, x0, y0);
+    else add_window<float>(dst, src, x0, y0);
+}
+
+void add_scaled(Tensor &dst, Tensor &src, double scale) {
+    if (dst.type() == halide_type_of<double>()) add_scaled<double>(dst, src, scale);
+    else add_scaled<float>(dst, src, scale);
+}
+
+// Image n of a batch as a (W, H, C, 1) buffer with n at 0, as kernels expect.
+Buffer batch_item(const Buffer &b, int n) {
+    Buffer v = b.sliced(b.dimensions() - 1, n);
+    return v.embedded(b.dimensions() - 1, 0);
+}
+
+}  // namespace
+
+SegmentedExecutor::SegmentedExecutor(const Model &m, SegmentLayout layout, ModelKernels kernels,
+                                     std::vector<TileSize> tiles, MemoryLedger *ledger, halide_type_t type,
+                                     std::string checkpoint_dir)
+    : model_(m), layout_(std::move(layout)), kernels_(std::move(kernels)), tiles_(std::move(tiles)), ledger_(ledger),
+      type_(type), checkpoint_dir_(std::move(checkpoint_dir)) {
+    const size_t S = layout_.segments.size();
+    if (kernels_.forward.size() != S || kernels_.backward.size() != S || !kernels_.head)
+        throw std::invalid_argument("kernels do not match the segment layout");
+    if (tiles_.size() != S)
+        throw std::invalid_argument("give one tile size per segment (" + std::to_string(S) + " segments)");
+}
+
+void SegmentedExecutor::allocate_store(int64_t width, int64_t height) {
+    if (width == width_ && height == height_) return;
+    shapes_ = model_.shapes(width, height);
+    width_ = width;
+    height_ = height;
+    const int L = (int)model_.layers.size();
+    values_.clear();
+    grads_.clear();
+    values_.resize(L + 1);
+    grads_.resize(L + 1);
+    std::vector<int> cps = layout_.checkpoints();
+    for (int t : layout_.head_inputs) cps.push_back(t);
+    for (int t : cps) {
+        if (grads_[t].defined()) continue;
+        const int64_t c = t == L ? model_.input_channels : shapes_[t].channels;
+        std::vector<int64_t> dims = {t == L ? width : shapes_[t].width, t == L ? height : shapes_[t].height, c, 1};
+        auto make = [&] {
+            return checkpoint_dir_.empty() ? Tensor(dims, ledger_, MemoryLedger::Kind::Checkpoint, type_)
+                                           : Tensor::mapped(dims, checkpoint_dir_, ledger_, type_);
+        };
+        if (t != L) values_[t] = make();  // the image's value is the caller's
+        grads_[t] = make();
+    }
+}
+
+int64_t SegmentedExecutor::checkpoint_bytes() const {
+    int64_t b = 0;
+    for (const auto &v : values_) b += v.bytes();
+    for (const auto &g : grads_) b += g.bytes();
+    return b;
+}
+
+TileRegions SegmentedExecutor::tile_regions(int s) const {
+    const SegmentSpec &seg = layout_.segments.at(s);
+    const TensorShape &p = shapes_.at(seg.outputs.back());
+    TileRegions r;
+    auto axis = [&](int64_t extent, int64_t tile, std::vector<std::vector<std::pair<int64_t, int64_t>>> &out,
+                    bool is_x) {
+        tile = tile > 0 ? std::min(tile, extent) : extent;
+        const int64_t count = (extent + tile - 1) / tile;
+        for (int o : seg.outputs) {
+            const int64_t e = is_x ? shapes_[o].width : shapes_[o].height;
+            std::vector<std::pair<int64_t, int64_t>> spans;
+            for (int64_t k = 0; k < count; k++) {
+                const int64_t lo = std::min(k * tile, extent) * e / extent;
+                const int64_t hi = (k + 1 == count ? extent : std::min((k + 1) * tile, extent)) * e / extent - 1;
+                if (hi < lo)
+                    throw std::invalid_argument("tiles of " + std::to_string(tile) + " px on '" +
+                                                model_.layers[seg.last].name + "' are finer than output '" +
+                                                model_.layers[o].name + "' of the same segment; use larger tiles");
+                spans.push_back({lo, hi});
+            }
+            out.push_back(spans);
+        }
+    };
+    axis(p.width, tiles_[s].width, r.x, true);
+    axis(p.height, tiles_[s].height, r.y, false);
+    return r;
+}
+
+void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params, std::vector<Tensor> &partials) {
+    const SegmentSpec &seg = layout_.segments[s];
+    Kernel &kernel = backward ? *kernels_.backward[s] : *kernels_.forward[s];
+    const int L = (int)model_.layers.size();
+    const TileRegions regions = tile_regions(s);
+    std::vector<Box<int64_t>> full(L + 1);
+    for (int t = 0; t <= L; t++) {
+        const int64_t w = t == L ? width_ : shapes_[t].width, h = t == L ? height_ : shapes_[t].height;
+        full[t] = {{0, w - 1}, {0, h - 1}};
+    }
+    const auto specs = params.specs();
+    for (size_t ty = 0; ty < regions.y[0].size(); ty++) {
+        for (size_t tx = 0; tx < regions.x[0].size(); tx++) {
+            std::vector<std::pair<int, Box<int64_t>>> targets;
+            for (size_t k = 0; k < seg.outputs.size(); k++)
+                targets.push_back({seg.outputs[k],
+                                   {{regions.x[k][tx].first, regions.x[k][tx].second},
+                                    {regions.y[k][ty].first, regions.y[k][ty].second}}});
+            // The windows this tile reads: the same formula the kernel clips with.
+            const auto need = required_boxes<int64_t, IntOps>(model_, seg.first, seg.last, targets, full);
+            std::deque<Buffer> views;  // stable addresses for the call
+            std::vector<std::pair<int, Tensor>> grad_windows;
+            grad_windows.reserve(seg.inputs.size());
+            ArgList args;
+            args.scalar("image_width", (int32_t)width_);
+            args.scalar("image_height", (int32_t)height_);
+            auto crop = [&](const Buffer &b, const Box<int64_t> &r) {
+                return b.cropped({{(int)r.x.lo, (int)(r.x.hi - r.x.lo + 1)}, {(int)r.y.lo, (int)(r.y.hi - r.y.lo + 1)}});
+            };
+            for (const auto &[o, box] : targets) {
+                const std::string p = "tile_" + tensor_name(model_, o) + "_";
+                args.scalar(p + "x_min", (int32_t)box.x.lo);
+                args.scalar(p + "x_max", (int32_t)box.x.hi);
+                args.scalar(p + "y_min", (int32_t)box.y.lo);
+                args.scalar(p + "y_max", (int32_t)box.y.hi);
+                const std::string name = tensor_name(model_, o);
+                if (!backward) {
+                    views.push_back(crop(values_[o].view(), box));
+                    args.buffer("out_" + name, views.back().raw_buffer());
+                } else {
+                    views.push_back(crop(grads_[o].view(), box));
+                    args.buffer("grad_out_" + name, views.back().raw_buffer());
+                }
+            }
+            for (int t : seg.inputs) {
+                const Box<int64_t> &w = *need[t];
+                views.push_back(crop(t == L ? image_ : values_[t].view(), w));
+                args.buffer("in_" + tensor_name(model_, t), views.back().raw_buffer());
+                if (backward) {
+                    const int64_t channels = t == L ? model_.input_channels : shapes_[t].channels;
+                    grad_windows.emplace_back(t, Tensor({w.x.hi - w.x.lo + 1, w.y.hi - w.y.lo + 1, channels, 1},
+                                                        ledger_, MemoryLedger::Kind::Working, type_));
+                    Buffer g = grad_windows.back().second.view();
+                    g.translate({(int)w.x.lo, (int)w.y.lo});
+                    views.push_back(g);
+                    args.buffer("grad_in_" + tensor_name(model_, t), views.back().raw_buffer());
+                }
+            }
+            for (size_t p = 0; p < specs.size(); p++) {
+                if (specs[p].layer < seg.first || specs[p].layer > seg.last) continue;
+                views.push_back(params.values[p].view());
+                args.buffer(c_identifier(specs[p].name), views.back().raw_buffer());
+                if (backward && specs[p].trainable) {
+                    views.push_back(partials[p].view());
+                    args.buffer("grad_" + c_identifier(specs[p].name), views.back().raw_buffer());
+                }
+            }
+            kernel.call(args.build(kernel.signature()));
+            tiles_run_++;
+            if (!backward) continue;
+            for (auto &[t, g] : grad_windows) add_window(grads_[t], g, need[t]->x.lo, need[t]->y.lo);
+            for (size_t p = 0; p < specs.size(); p++)
+                if (specs[p].layer >= seg.first && specs[p].layer <= seg.last && specs[p].trainable)
+                    add_scaled(params.grads[p], partials[p], 1.0);
+        }
+    }
+}
+
+void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &params, Tensor *predictions, int n,
+                                 double &loss, std::vector<Tensor> &partials) {
+    Kernel &kernel = *kernels_.head;
+    const int L = (int)model_.layers.size();
+    std::deque<Buffer> views;
+    ArgList args;
+    for (int t : layout_.head_inputs) {
+        views.push_back(t == L ? image_ : values_[t].view());
+        args.buffer("in_" + tensor_name(model_, t), views.back().raw_buffer());
+        views.push_back(grads_[t].view());  // the head is the first contributor: it writes
+        args.buffer("grad_in_" + tensor_name(model_, t), views.back().raw_buffer());
+    }
+    views.push_back(batch_item(labels_or_target, n));
+    args.buffer(model_.loss.kind == LossKind::SoftmaxCrossEntropy ? "labels" : "target", views.back().raw_buffer());
+    double loss_storage = 0;  // big enough for float or double
+    views.push_back(Buffer(type_, &loss_storage, std::vector<int>{}));
+    args.buffer("loss", views.back().raw_buffer());
+    const TensorShape &ps = shapes_[model_.loss.input_id];
+    Tensor scratch;
+    if (predictions) {
+        views.push_back(batch_item(predictions->view(), n));
+    } else {
+        scratch = Tensor({ps.width, ps.height, ps.channels, 1}, ledger_, MemoryLedger::Kind::Working, type_);
+        views.push_back(scratch.view());
+    }
+    args.buffer("prediction", views.back().raw_buffer());
+    const auto specs = params.specs();
+    for (size_t p = 0; p < specs.size(); p++) {
+        if (specs[p].layer < layout_.head_first || specs[p].layer > model_.loss.input_id) continue;
+        views.push_back(params.values[p].view());
+        args.buffer(c_identifier(specs[p].name), views.back().raw_buffer());
+        if (specs[p].trainable) {
+            views.push_back(partials[p].view());
+            args.buffer("grad_" + c_identifier(specs[p].name), views.back().raw_buffer());
+        }
+    }
+    kernel.call(args.build(kernel.signature()));
+    loss = type_ == halide_type_of<double>() ? loss_storage : (double)*reinterpret_cast<float *>(&loss_storage);
+    for (size_t p = 0; p < specs.size(); p++)
+        if (specs[p].layer >= layout_.head_first && specs[p].layer <= model_.loss.input_id && specs[p].trainable)
+            add_scaled(params.grads[p], partials[p], 1.0);
+}
+
+Buffer SegmentedExecutor::image_view(const Tensor &images, int n) const { return batch_item(images.view(), n); }
+
+void SegmentedExecutor::forward(const Tensor &images, int n, ParamStore &params) {
+    allocate_store(images.dims()[0], images.dims()[1]);
+    image_ = image_view(images, n);
+    std::vector<Tensor> none;
+    for (size_t s = 0; s < layout_.segments.size(); s++) run_segment((int)s, false, params, none);
+}
+
+double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_targets, ParamStore &params,
+                               Tensor *predictions, Tensor *grad_images) {
+    const int N = (int)images.dims()[3];
+    const int L = (int)model_.layers.size();
+    params.zero_grads();
+    // Per-kernel weight-gradient partials, reused by every tile and image.
+    std::vector<Tensor> partials;
+    for (size_t p = 0; p < params.specs().size(); p++)
+        partials.push_back(params.specs()[p].trainable
+                               ? Tensor(params.specs()[p].dims, ledger_, MemoryLedger::Kind::Working, type_)
+                               : Tensor());
+    double total = 0;
+    for (int n = 0; n < N; n++) {
+        forward(images, n, params);
+        for (auto &g : grads_)
+            if (g.defined()) g.zero();
+        double loss = 0;
+        run_head(labels_or_targets, params, predictions, n, loss, partials);
+        total += loss;
+        for (int s = (int)layout_.segments.size() - 1; s >= 0; s--) run_segment(s, true, params, partials);
+        if (grad_images) {
+            Buffer dst = batch_item(grad_images->view(), n);
+            dst.copy_from(grads_[L].view());
+        }
+    }
+    // Each image's gradients are of its own loss; the batch loss is their mean.
+    for (auto &g : params.grads)
+        if (g.defined()) scale(g, 1.0 / N);
+    if (grad_images) scale(*grad_images, 1.0 / N);
+    return total / N;
+}
+
+}  // namespace segtile

@@ -1,0 +1,82 @@
+// SegmentedExecutor: segmented fused-tiled training (docs/design.md).
+// Forward: segment by segment, tile by tile, each tile's fused kernel reads
+// windows of its input checkpoints and writes its output tiles into the
+// checkpoint store; then the untiled head and loss. Backward: segments in
+// reverse; per tile the backward kernel recomputes the forward on the
+// windows, is seeded with the output gradient of the tile, and its input
+// gradient windows are added into the checkpoint gradients (overlaps add)
+// while weight gradients accumulate. A batch runs one image at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel.h"
+#include "runtime/parameters.h"
+#include "runtime/tensor.h"
+#include "spec/segments.h"
+
+namespace segtile {
+
+struct ModelKernels {
+    std::vector<std::unique_ptr<Kernel>> forward, backward;  // per segment
+    std::unique_ptr<Kernel> head;
+};
+
+struct TileSize {
+    int64_t width = 0, height = 0;  // of a segment's primary output; 0: the whole extent
+};
+
+// A segment's tiles: for each tile, the region of each output tensor
+// (outputs in SegmentSpec order). Tiles follow the primary output's grid;
+// other outputs are partitioned in proportion, so every output pixel
+// belongs to exactly one tile.
+struct TileRegions {
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> x, y;  // [output][tile index along axis] inclusive
+};
+
+class SegmentedExecutor {
+public:
+    SegmentedExecutor(const Model &m, SegmentLayout layout, ModelKernels kernels, std::vector<TileSize> tiles,
+                      MemoryLedger *ledger, halide_type_t type = halide_type_of<float>(),
+                      std::string checkpoint_dir = "");
+
+    // One training step on a batch (images (W, H, C, N)); labels (N) int32
+    // or targets (W', H', K, N). params.grads receive the gradients of the
+    // batch-mean loss (overwritten). predictions (W', H', K, N) and
+    // grad_images (like images) are filled when given. Returns the mean loss.
+    double step(const Tensor &images, const Halide::Runtime::Buffer<> &labels_or_targets, ParamStore &params,
+                Tensor *predictions = nullptr, Tensor *grad_images = nullptr);
+
+    // Forward of the trunk for image n: fills every checkpoint.
+    void forward(const Tensor &images, int n, ParamStore &params);
+
+    const Tensor &checkpoint(int tensor) const { return values_.at(tensor); }
+    int64_t checkpoint_bytes() const;  // values and gradients (the store)
+    const SegmentLayout &layout() const { return layout_; }
+    TileRegions tile_regions(int segment) const;
+    int64_t tiles_run() const { return tiles_run_; }
+
+private:
+    void allocate_store(int64_t width, int64_t height);
+    Halide::Runtime::Buffer<> image_view(const Tensor &images, int n) const;
+    void run_segment(int s, bool backward, ParamStore &params, std::vector<Tensor> &param_partials);
+    void run_head(const Halide::Runtime::Buffer<> &labels_or_target, ParamStore &params, Tensor *predictions, int n,
+                  double &loss, std::vector<Tensor> &param_partials);
+
+    Model model_;
+    SegmentLayout layout_;
+    ModelKernels kernels_;
+    std::vector<TileSize> tiles_;
+    MemoryLedger *ledger_;
+    halide_type_t type_;
+    std::string checkpoint_dir_;
+    int64_t width_ = 0, height_ = 0;
+    std::vector<TensorShape> shapes_;
+    std::vector<Tensor> values_, grads_;  // per tensor; defined for checkpoints (the image's value is a view)
+    Halide::Runtime::Buffer<> image_;     // the current image, (W, H, C, 1)
+    int64_t tiles_run_ = 0;
+};
+
+}  // namespace segtile
