@@ -155,9 +155,53 @@ void Model::resolve() {
     loss.input_id = loss.input.empty() ? (int)layers.size() - 1 : find_layer(loss.input);
     if (loss.input_id < 0) fail(-1, "loss input '" + loss.input + "' names no layer");
     if (loss.input.empty()) loss.input = layers[loss.input_id].name;
+    const LayerKind lk = layers[loss.input_id].kind;
+    if (loss.kind == LossKind::SoftmaxCrossEntropy && !is_global(lk))
+        fail(loss.input_id, "softmax_cross_entropy needs class scores: end the model with global_avg_pool or dense");
+    const int src = layers[loss.input_id].input_ids[0];
+    if (lk == LayerKind::Flatten && (src < 0 || !is_global(layers[src].kind)))
+        fail(loss.input_id, "the loss cannot read a flatten layer (its length depends on the image size); add a dense layer");
 }
 
+namespace {
+// Whether a square image of side e passes every size check of the model.
+bool side_is_valid(const Model &m, int64_t e) {
+    try {
+        m.shapes_unchecked(e, e);
+        return true;
+    } catch (const ModelError &) {
+        return false;
+    }
+}
+
+// "nearest valid sizes: 296 or 304" for one side.
+std::string nearest_valid(const Model &m, int64_t e) {
+    const int64_t limit = 4096;  // search window; networks' strides are far smaller
+    int64_t below = -1, above = -1;
+    for (int64_t d = 1; d <= limit && (below < 0 || above < 0); d++) {
+        if (below < 0 && e - d >= 1 && side_is_valid(m, e - d)) below = e - d;
+        if (above < 0 && side_is_valid(m, e + d)) above = e + d;
+    }
+    std::string r;
+    if (below > 0) r += std::to_string(below);
+    if (above > 0) r += (r.empty() ? "" : " or ") + std::to_string(above);
+    return r.empty() ? "none found" : r;
+}
+}  // namespace
+
 std::vector<TensorShape> Model::shapes(int64_t width, int64_t height) const {
+    try {
+        return shapes_unchecked(width, height);
+    } catch (const ModelError &e) {
+        std::string hint = " (nearest valid";
+        if (!side_is_valid(*this, width)) hint += " widths: " + nearest_valid(*this, width);
+        if (!side_is_valid(*this, height))
+            hint += std::string(hint.back() == 'd' ? "" : ";") + " heights: " + nearest_valid(*this, height);
+        throw ModelError(std::string(e.what()) + hint + ")");
+    }
+}
+
+std::vector<TensorShape> Model::shapes_unchecked(int64_t width, int64_t height) const {
     std::vector<TensorShape> s(layers.size());
     for (size_t i = 0; i < layers.size(); i++) {
         const Layer &l = layers[i];

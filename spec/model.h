@@ -132,6 +132,8 @@ public:
     // Output shape of every layer for an input image of width x height.
     // Throws ModelError naming the layer if the image is too small.
     std::vector<TensorShape> shapes(int64_t width, int64_t height) const;
+    // The same without the nearest-valid-size search in the message.
+    std::vector<TensorShape> shapes_unchecked(int64_t width, int64_t height) const;
 
     std::vector<ParamSpec> params() const;
     int find_layer(const std::string &name) const;  // -1 if absent

@@ -272,8 +272,6 @@ struct Case {
     bool float32 = false;
     // Image sizes (width, height) to run the one compiled kernel on; batch per size.
     std::vector<std::array<int, 3>> sizes;  // {width, height, batch}
-    // Non-empty: a known bug makes the loss wrong for this model; the prediction is still checked.
-    std::string loss_known_wrong;
 };
 
 std::ostream &operator<<(std::ostream &os, const Case &c) { return os << c.name; }
@@ -395,9 +393,6 @@ std::vector<Case> all_cases() {
         // Heads.
         {"global_avg_pool", [] { return net(3).global_avg_pool("gap").loss(LK::MeanSquaredError).build(); }, false,
          {{7, 5, 2}, {4, 9, 3}}},
-        // The loss directly on flatten is wrong (see DISABLED_MseLossDirectlyOnFlatten): check the prediction only.
-        {"flatten", [] { return net(3).flatten("flat").loss(LK::MeanSquaredError).build(); }, false, {{5, 3, 2}, {4, 7, 1}},
-         "the loss reads Model::output_channels(), which for flatten is the input's channel count"},
         // Flatten order seen through dense weights; 5x3 and 3x5 give the same feature count, another order.
         {"flatten_dense_mse",
          [] { return net(2).flatten("flat").dense("fc", 4).in_features(2 * 5 * 3).loss(LK::MeanSquaredError).build(); },
@@ -507,7 +502,6 @@ TEST_P(LayerForward, MatchesNaiveLoops) {
                     }
         EXPECT_EQ(bad, 0) << "mismatching elements; worst relative error " << worst;
 
-        if (!cs.loss_known_wrong.empty()) continue;  // see DISABLED_MseLossDirectlyOnFlatten
         double want_loss;
         if (m.loss.kind == LossKind::MeanSquaredError) {
             want_loss = naive_mse(ref, tensor_from(lt));
@@ -527,15 +521,16 @@ TEST_P(LayerForward, MatchesNaiveLoops) {
 // which for flatten is the input's channel count (the true feature count,
 // C*H*W, depends on the run-time image size). The mse loss then averages only
 // the first C features (divided by C*N); a softmax loss would use C classes.
-TEST(LayerForwardKnownBugs, DISABLED_MseLossDirectlyOnFlatten) {
-    const Model m = net(3).flatten("flat").loss(LK::MeanSquaredError).build();
-    JitTrainingStep step(m, Halide::Float(64));
-    std::mt19937 rng(7);
-    auto image = testing::random_buffer({5, 3, 3, 2}, rng);
-    Buffer<> lt = testing::random_labels_or_target(m, 5, 3, 2, rng);
-    const double got = step.loss(image, lt, {});
-    const Tensor ref = naive_flatten(tensor_from(image));
-    EXPECT_NEAR(got, naive_mse(ref, tensor_from(lt)), 1e-12);
+// A loss on flatten would be sized by channels, not by the image-dependent
+// length: the model is rejected with a message saying what to add.
+TEST(LayerForwardModels, LossDirectlyOnFlattenIsRejected) {
+    try {
+        net(3).flatten("flat").loss(LK::MeanSquaredError).build();
+        FAIL() << "expected ModelError";
+    } catch (const ModelError &e) {
+        EXPECT_NE(std::string(e.what()).find("flat"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("add a dense layer"), std::string::npos) << e.what();
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, LayerForward, ::testing::ValuesIn(all_cases()),
