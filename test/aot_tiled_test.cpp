@@ -1,0 +1,88 @@
+// The AOT libraries built by segtile_add_model (a user links them; no
+// libHalide at run time) train like the untiled step. In float32 the
+// yardstick is the float64 untiled reference: the untiled float32 step
+// carries its own rounding error (a bias gradient summed over every pixel
+// in one long float32 sum is ~2e-5 off), which the tiled run, summing per
+// tile, does not share.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "generators/training_step.h"
+#include "runtime/executor.h"
+#include "runtime/step_kernel.h"
+#include "tiny_cnn_step.h"
+#include "tiny_cnn_tiled.h"
+
+using namespace segtile;
+
+namespace {
+
+// max |a - b| / max |b|
+template <typename A, typename B>
+double rel_diff(const A *a, const B *b, int64_t n) {
+    double ref = 0, diff = 0;
+    for (int64_t k = 0; k < n; k++) {
+        ref = std::max(ref, std::abs((double)b[k]));
+        diff = std::max(diff, std::abs((double)a[k] - (double)b[k]));
+    }
+    return ref > 0 ? diff / ref : INFINITY;
+}
+
+Halide::Buffer<double> to_f64(const Tensor &t) {
+    Halide::Buffer<double> b(std::vector<int>(t.dims().begin(), t.dims().end()));
+    std::copy(t.data(), t.data() + t.numel(), b.begin());
+    return b;
+}
+
+}  // namespace
+
+TEST(AotTiled, TinyCnnThreeSegmentsMatchesUntiled) {
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
+    ASSERT_EQ(layout.segments.size(), 3u);
+    MemoryLedger ledger;
+    SegmentedExecutor exec(m, layout, tiny_cnn_tiled_kernels(m, &ledger), {{9, 7}, {4, 6}, {3, 3}}, &ledger);
+    auto untiled = aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
+
+    const int W = 61, H = 45, N = 2;  // partial tiles at the right and bottom edges
+    Tensor images({W, H, 1, N}, &ledger), grad_ref({W, H, 1, N}, &ledger), grad_tiled({W, H, 1, N}, &ledger);
+    Tensor pred_ref({1, 1, 2, N}, &ledger), pred_tiled({1, 1, 2, N}, &ledger);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < images.numel(); i++) images.data()[i] = nd(rng);
+    Halide::Runtime::Buffer<int32_t> labels(N);
+    labels(0) = 1;
+    labels(1) = 0;
+
+    ParamStore ref(m, &ledger), tiled(m, &ledger);
+    ref.init_pytorch_default(3);
+    tiled.init_pytorch_default(3);
+    const float loss_ref = untiled->run(images, labels.raw_buffer(), ref, pred_ref, grad_ref);
+    const double loss = exec.step(images, labels, tiled, &pred_tiled, &grad_tiled);
+    EXPECT_GT(exec.tiles_run(), 20) << "every segment ran several tiles";
+
+    // Float64 untiled reference on the same inputs.
+    JitTrainingStep f64(m, Halide::Float(64));
+    std::vector<Halide::Buffer<>> ps;
+    for (auto &v : ref.values) ps.push_back(to_f64(v));
+    Halide::Buffer<int32_t> lb(N);
+    lb(0) = 1;
+    lb(1) = 0;
+    auto exact = f64.run(to_f64(images), lb, ps);
+
+    EXPECT_NEAR(loss, exact.loss, 1e-6 * exact.loss);
+    EXPECT_NEAR(loss, loss_ref, 1e-5 * loss_ref);
+    Halide::Buffer<double> ep(exact.prediction), eg(exact.grad_image);
+    EXPECT_LE(rel_diff(pred_tiled.data(), ep.begin(), pred_tiled.numel()), 1e-5);
+    EXPECT_LE(rel_diff(grad_tiled.data(), eg.begin(), grad_tiled.numel()), 1e-5) << "image gradient";
+    EXPECT_LE(rel_diff(grad_tiled.data(), grad_ref.data(), grad_tiled.numel()), 1e-5) << "image gradient vs f32";
+    for (size_t p = 0; p < ref.grads.size(); p++) {
+        Halide::Buffer<double> g(exact.grads[p]);
+        const int64_t n = g.number_of_elements();
+        EXPECT_LE(rel_diff(tiled.grads[p].data(), g.begin(), n), 1e-5) << ref.specs()[p].name;
+        EXPECT_LE(rel_diff(tiled.grads[p].data(), ref.grads[p].data(), n), 5e-5) << ref.specs()[p].name << " vs f32";
+    }
+    EXPECT_GT(ledger.halide_peak(), 0);
+    EXPECT_GT(ledger.peak(MemoryLedger::Kind::Checkpoint), 0);
+}
