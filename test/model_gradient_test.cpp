@@ -63,6 +63,13 @@ bool all_finite(const Buffer<double> &g) {
     return std::all_of(d, d + g.number_of_elements(), [](double v) { return std::isfinite(v); });
 }
 
+// Central differences at h = 1e-5 in float64 carry about 1e-11 of absolute
+// noise through a deep network (a few ulps of the loss, divided by 2h; seen:
+// up to 4e-11 on VGG16). Below this floor the 1e-6 relative bound becomes an
+// absolute bound of 1e-10, so elements with tiny gradients (1e-6..1e-4, common
+// in VGG16's middle layers) are checked to what the differences can resolve.
+constexpr double kFloor = 1e-4;
+
 class ModelGradient : public ::testing::TestWithParam<GradientCase> {};
 
 TEST_P(ModelGradient, MatchesFiniteDifferences) {
@@ -77,7 +84,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
     } catch (const Halide::Error &e) {
         FAIL() << "building the training step of " << c.model << ": " << e.what();
     }
-    const double build_s = seconds_since(t_build);
+    const double build_s = seconds_since(t_build);  // builds and JIT-compiles the step and the loss-only forward
 
     const auto params = testing::random_params(m, rng);
     const Buffer<double> image = testing::random_buffer({c.width, c.height, m.input_channels, c.batch}, rng);
@@ -85,7 +92,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
 
     const auto t_run = std::chrono::steady_clock::now();
     const JitTrainingStep::Result r = step->run(image, labels, params);
-    const double run_s = seconds_since(t_run);  // JIT compile of the whole step + one run
+    const double run_s = seconds_since(t_run);
 
     ASSERT_TRUE(std::isfinite(r.loss)) << c;
     EXPECT_GT(r.loss, 0.0) << c;
@@ -95,7 +102,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
 
     const auto t_loss = std::chrono::steady_clock::now();
     const double loss_again = step->loss(image, labels, params);
-    const double loss_s = seconds_since(t_loss);  // JIT compile of the loss-only forward + one run
+    const double loss_s = seconds_since(t_loss);
     EXPECT_LE(rel_error(loss_again, r.loss, 1e-12), 1e-12) << c << ": loss-only forward disagrees with the step";
 
     // Which tensors to check: every trainable parameter, then the image.
@@ -128,7 +135,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
         for (size_t idx : sample_indices(t.grad, t.samples, rng)) {
             const double analytic = t.grad.data()[idx];
             const double numeric = central_difference(*step, image, labels, params, t.value, idx);
-            const double err = rel_error(analytic, numeric);
+            const double err = rel_error(analytic, numeric, kFloor);
             EXPECT_LE(err, 1e-6) << c << ": d loss / d " << t.name << "[" << idx << "]: autodiff " << analytic
                                  << ", finite difference " << numeric;
             if (err > worst) {
@@ -139,8 +146,8 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
         }
     }
     const double fd_s = seconds_since(t_fd);
-    std::cout << "[ timing   ] " << c << ": build " << build_s << " s, compile+run step " << run_s
-              << " s, compile+run loss " << loss_s << " s, " << checked << " finite differences in " << fd_s
+    std::cout << "[ timing   ] " << c << ": build+compile " << build_s << " s, first step " << run_s
+              << " s, first loss " << loss_s << " s, " << checked << " finite differences in " << fd_s
               << " s (" << fd_s / (2.0 * std::max(checked, 1)) << " s per loss); loss " << r.loss
               << ", worst relative error " << worst << " at " << worst_at << std::endl;
 }
@@ -150,7 +157,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
 // little. ResNet-18 takes any size; 40x24 leaves 2x1 at layer4.
 INSTANTIATE_TEST_SUITE_P(ShippedModels, ModelGradient,
                          ::testing::Values(GradientCase{"vgg16", 32, 32, 1, 1, 3},
-                                           GradientCase{"darknet19", 32, 48, 1, 2, 3},
+                                           GradientCase{"darknet19", 32, 48, 1, 1, 3},
                                            GradientCase{"resnet18", 40, 24, 2, 2, 3},
                                            GradientCase{"unet", 12, 8, 2, 3, 4}),
                          [](const ::testing::TestParamInfo<GradientCase> &info) {
