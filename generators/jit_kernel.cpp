@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "autoscheduler/cpu_schedule.h"
 #include "generators/kernels.h"
 
 namespace segtile {
@@ -65,8 +66,8 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
             out_funcs.push_back(outs.at(a.name));
             sig_.push_back(a);
         }
-    schedule_reference(out_funcs);
     try {
+        schedule_cpu(out_funcs, Halide::get_jit_target_from_environment());
         callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args);
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());

@@ -3,6 +3,7 @@
 // the head after a tiled trunk. Inputs and outputs depend on the model and
 // the cuts, so they are declared in configure() from the signature.
 #include "Halide.h"
+#include "autoscheduler/cpu_schedule.h"
 #include "generators/kernels.h"
 #include "spec/kernel_signature.h"
 
@@ -56,7 +57,7 @@ public:
                 *outputs_[o++] = outs.at(a.name);
                 all.push_back(outs.at(a.name));
             }
-        segtile::schedule_reference(all);
+        segtile::schedule_cpu(all, get_target());
     }
 
 private:
