@@ -108,7 +108,7 @@ std::map<std::string, Func> build_kernel(const Model &m, const SegmentLayout &la
         Func loss = m.loss.kind == LossKind::SoftmaxCrossEntropy
                         ? layers::softmax_cross_entropy(pred, in.buffers.at("labels"), m.output_channels(), batch, t,
                                                         "loss_value")
-                        : layers::mean_squared_error(pred, in.buffers.at("target"), pb.width, pb.height,
+                        : layers::mean_squared_error(pred, in.buffers.at(loss_target_name(m)), pb.width, pb.height,
                                                      m.output_channels(), batch, t, "loss_value");
         out["loss"] = Func("loss");
         out["loss"]() = loss();

@@ -28,13 +28,23 @@ std::vector<TensorBounds> whole_image_bounds(const Model &m, Expr width, Expr he
 }
 
 namespace {
-Func bounded(const Func &f, const TensorBounds &b, const std::string &name) {
-    Func g = Halide::BoundaryConditions::constant_exterior(
-        f, Halide::Internal::make_zero(f.type()), {{b.x_min, b.x_max - b.x_min + 1}, {b.y_min, b.y_max - b.y_min + 1}});
-    // constant_exterior names its Func after the source; rename via a wrapper for readable pipelines.
-    Func named(name);
-    named(g.args()) = g(g.args());
-    return named;
+// Zero outside the region, the source inside it. Written out rather than
+// with BoundaryConditions::constant_exterior, whose likely() tags make Halide
+// partition every loop of every Func into edge and interior cases: with
+// hundreds of Funcs in an autodiff pipeline that multiplies the code LLVM
+// has to compile several times over.
+Func bounded(Func f, const TensorBounds &b, const std::string &name) {
+    Halide::Var x("x"), y("y"), c("c"), n("n");
+    // f is only read inside the region: say so, so bounds inference stops
+    // here instead of growing symbolic bounds through the whole network
+    // (those expressions, repeated in allocations and asserts, dominated
+    // compile time).
+    f.bound(f.args()[0], b.x_min, b.x_max - b.x_min + 1).bound(f.args()[1], b.y_min, b.y_max - b.y_min + 1);
+    Expr inside = x >= b.x_min && x <= b.x_max && y >= b.y_min && y <= b.y_max;
+    Func g(name);
+    g(x, y, c, n) = Halide::select(inside, f(Halide::clamp(x, b.x_min, b.x_max), Halide::clamp(y, b.y_min, b.y_max), c, n),
+                                   Halide::Internal::make_zero(f.type()));
+    return g;
 }
 }  // namespace
 

@@ -16,7 +16,7 @@ void JitTrainingStep::bind_inputs(ArgList &args, const Buffer<> &image, const Bu
     if (params.size() != specs.size())
         throw std::invalid_argument("expected " + std::to_string(specs.size()) + " parameter buffers");
     args.buffer("in_image", const_cast<halide_buffer_t *>(image.raw_buffer()));
-    args.buffer(model_.loss.kind == LossKind::SoftmaxCrossEntropy ? "labels" : "target",
+    args.buffer(loss_target_name(model_),
                 const_cast<halide_buffer_t *>(lt.raw_buffer()));
     for (size_t i = 0; i < specs.size(); i++)
         args.buffer(c_identifier(specs[i].name), const_cast<halide_buffer_t *>(params[i].raw_buffer()));

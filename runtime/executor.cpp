@@ -226,7 +226,7 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
         args.buffer("grad_in_" + tensor_name(model_, t), views.back().raw_buffer());
     }
     views.push_back(batch_item(labels_or_target, n));
-    args.buffer(model_.loss.kind == LossKind::SoftmaxCrossEntropy ? "labels" : "target", views.back().raw_buffer());
+    args.buffer(loss_target_name(model_), views.back().raw_buffer());
     double loss_storage = 0;  // big enough for float or double
     views.push_back(Buffer(type_, &loss_storage, std::vector<int>{}));
     args.buffer("loss", views.back().raw_buffer());

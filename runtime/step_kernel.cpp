@@ -17,7 +17,7 @@ float KernelStep::run(const Tensor &image, halide_buffer_t *labels_or_target, Pa
     args.buffer("prediction", views[1].raw_buffer());
     args.buffer("grad_in_image", views[2].raw_buffer());
     args.buffer("loss", loss.raw_buffer());
-    args.buffer(model_.loss.kind == LossKind::SoftmaxCrossEntropy ? "labels" : "target", labels_or_target);
+    args.buffer(loss_target_name(model_), labels_or_target);
     for (size_t i = 0; i < specs.size(); i++) {
         views.push_back(params.values[i].view());
         args.buffer(c_identifier(specs[i].name), views.back().raw_buffer());

@@ -14,6 +14,10 @@ std::string c_identifier(const std::string &s) {
     return o;
 }
 
+const char *loss_target_name(const Model &m) {
+    return m.loss.kind == LossKind::SoftmaxCrossEntropy ? "labels" : "dense_target";
+}
+
 std::pair<int, int> kernel_layers(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment) {
     if (kind == KernelKind::Head) return {layout.head_first, m.loss.input_id};
     const SegmentSpec &s = layout.segments.at(segment);
@@ -55,14 +59,9 @@ std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &lay
         for (int t : layout.head_inputs) buffer("in_" + tensor_name(m, t), false, t);
         params(false);
         KernelArg lt;
-        if (m.loss.kind == LossKind::SoftmaxCrossEntropy) {
-            lt.name = "labels";
-            lt.integer = true;
-            lt.dims = 1;
-        } else {
-            lt.name = "target";
-            lt.dims = 4;
-        }
+        lt.name = loss_target_name(m);
+        lt.integer = m.loss.kind == LossKind::SoftmaxCrossEntropy;
+        lt.dims = lt.integer ? 1 : 4;
         args.push_back(lt);
         KernelArg loss;
         loss.name = "loss";

@@ -12,7 +12,7 @@
 //                       -> grad_in_T (each input's gradient over its window),
 //                          grad_<param> (this tile's share)
 // head:                 in_T (whole checkpoints), parameters, labels (n) or
-//                       target -> loss, prediction, grad_in_T, grad_<param>
+//                       dense_target -> loss, prediction, grad_in_T, grad_<param>
 #pragma once
 
 #include <string>
@@ -37,6 +37,9 @@ struct KernelArg {
 
 std::string tensor_name(const Model &m, int tensor);  // layer name, or "image"
 std::string c_identifier(const std::string &s);       // "features.0.weight" -> "features_0_weight"
+// The head's label argument: "labels" (softmax) or "dense_target" (mse;
+// "target" is taken by Halide's generators).
+const char *loss_target_name(const Model &m);
 
 std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);
 

@@ -5,21 +5,37 @@
 
 namespace segtile::layers {
 
-// Nested max of the k*k taps: Halide cannot differentiate maximum() over an
-// RDom. Padding taps read -inf as in PyTorch, hence the image extents.
+// Max pooling as a gather from the first tap (row-major) that attains the
+// maximum: out = sum over taps of select(k == argmax, tap_k, 0). The
+// gradient flows only to that tap, as in PyTorch, through one update
+// definition; differentiating nested max() instead yields k^2 updates full
+// of comparisons and multiplies compile time. The argmax is a pure integer
+// Func whose float comparisons sit only in select conditions, where
+// autodiff does not propagate. Padding taps read -inf, as in PyTorch.
 inline Func max_pool(const Func &in, const Layer &l, Expr in_width, Expr in_height, Type t, const std::string &name) {
     Dims v;
-    Expr result;
-    for (int ky = 0; ky < l.kernel; ky++) {
-        for (int kx = 0; kx < l.kernel; kx++) {
-            Expr xx = v.x * l.stride - l.padding + kx, yy = v.y * l.stride - l.padding + ky;
-            Expr tap = in(xx, yy, v.c, v.n);
-            if (l.padding > 0) tap = Halide::select(xx >= 0 && xx < in_width && yy >= 0 && yy < in_height, tap, t.min());
-            result = result.defined() ? Halide::max(result, tap) : tap;
-        }
+    const int k = l.kernel;
+    auto tap = [&](Expr kx, Expr ky) {
+        Expr xx = v.x * l.stride - l.padding + kx, yy = v.y * l.stride - l.padding + ky;
+        Expr value = in(xx, yy, v.c, v.n);
+        if (l.padding > 0) value = Halide::select(xx >= 0 && xx < in_width && yy >= 0 && yy < in_height, value, t.min());
+        return value;
+    };
+    std::vector<Expr> taps;
+    for (int i = 0; i < k * k; i++) taps.push_back(tap(i % k, i / k));
+    Expr index = k * k - 1;
+    for (int i = k * k - 2; i >= 0; i--) {
+        Expr wins = Halide::Internal::const_true();
+        for (int j = 0; j < k * k; j++)
+            if (j != i) wins = wins && (j < i ? taps[i] > taps[j] : taps[i] >= taps[j]);
+        index = Halide::select(wins, i, index);
     }
+    Func argmax(name + "_argmax");
+    argmax(v.x, v.y, v.c, v.n) = index;
+    RDom r(0, k, 0, k, name + "_r");
     Func f(name);
-    f(v.x, v.y, v.c, v.n) = result;
+    f(v.x, v.y, v.c, v.n) = constant(t, 0);
+    f(v.x, v.y, v.c, v.n) += Halide::select(argmax(v.x, v.y, v.c, v.n) == r.y * k + r.x, tap(r.x, r.y), constant(t, 0));
     return f;
 }
 
