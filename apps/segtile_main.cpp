@@ -9,9 +9,12 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/jit_step_kernel.h"
+#include "generators/jit_kernel.h"
 #include "runtime/trainer.h"
 #include "spec/model.h"
 #include "tiny_cnn_step.h"
+#include "tiny_cnn_tiled.h"
+#include "runtime/executor.h"
 
 namespace {
 
@@ -28,20 +31,49 @@ float mean(const std::vector<float> &v, size_t from, size_t to) {
     return std::accumulate(v.begin() + from, v.begin() + to, 0.0f) / (float)(to - from);
 }
 
-int run_train(const std::string &model_name, const std::string &size, segtile::TrainConfig cfg) {
+struct TiledOptions {
+    std::string cuts;  // layer names, comma-separated
+    std::string tile;  // WxH; empty: untiled training
+    std::string checkpoint_dir;
+};
+
+std::unique_ptr<segtile::StepKernel> tiled_kernel(const segtile::Model &m, const std::string &model_name,
+                                                  const TiledOptions &opt, segtile::MemoryLedger &ledger) {
+    using namespace segtile;
+    const std::vector<int> cuts = parse_cuts(m, opt.cuts);
+    SegmentLayout layout = make_segments(m, cuts);
+    const auto [tw, th] = parse_size(opt.tile);
+    std::vector<TileSize> tiles(layout.segments.size(), TileSize{tw, th});
+    ModelKernels kernels;
+    if (model_name == kBuiltinModel && cuts == parse_cuts(m, tiny_cnn_tiled_cuts())) {
+        kernels = tiny_cnn_tiled_kernels(m, &ledger);
+    } else {
+        std::cout << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels for these cuts...\n" << std::flush;
+        kernels = jit_model_kernels(m, layout, Halide::Float(32), &ledger);
+    }
+    std::cout << "tiled: " << layout.segments.size() << " segments, " << tw << "x" << th << " tiles, checkpoints in "
+              << (opt.checkpoint_dir.empty() ? std::string("memory") : opt.checkpoint_dir) << "\n";
+    return std::make_unique<TiledStep>(std::make_unique<SegmentedExecutor>(
+        m, layout, std::move(kernels), tiles, &ledger, halide_type_of<float>(), opt.checkpoint_dir));
+}
+
+int run_train(const std::string &model_name, const std::string &size, segtile::TrainConfig cfg,
+              const TiledOptions &tiled) {
     using namespace segtile;
     Model m = load_model(model_name);
     std::tie(cfg.data.width, cfg.data.height) = parse_size(size);
     cfg.data.channels = m.input_channels;
     MemoryLedger ledger;
     std::unique_ptr<StepKernel> kernel;
-    if (model_name == kBuiltinModel) {
+    if (!tiled.tile.empty()) {
+        kernel = tiled_kernel(m, model_name, tiled, ledger);
+    } else if (model_name == kBuiltinModel) {
         kernel = aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
     } else {
         std::cout << "JIT-compiling the training step of " << m.name << " (no prebuilt library)...\n" << std::flush;
         kernel = jit_step(m, &ledger);
     }
-    std::cout << "training " << m.name << " untiled on generated " << cfg.data.width << "x" << cfg.data.height
+    std::cout << "training " << m.name << (tiled.tile.empty() ? " untiled" : " tiled") << " on generated " << cfg.data.width << "x" << cfg.data.height
               << " images (marks: filled = class 1, hollow = class 0), " << cfg.steps << " steps of batch "
               << cfg.batch << ", " << cfg.optimizer.kind << " lr " << cfg.optimizer.lr << "\n";
     TrainReport r = train_synthetic(m, *kernel, cfg, ledger, std::cout);
@@ -51,8 +83,10 @@ int run_train(const std::string &model_name, const std::string &size, segtile::T
                     mean(r.losses, 0, k), k, mean(r.losses, r.losses.size() - k, r.losses.size()),
                     100 * mean(r.accuracy, 0, k), 100 * mean(r.accuracy, r.accuracy.size() - k, r.accuracy.size()));
     }
-    std::printf("%.1f s; peak working memory (ledger) %s, of which Halide %s; process high-water mark %s\n", r.seconds,
-                format_bytes(r.peak_working).c_str(), format_bytes(ledger.halide_peak()).c_str(),
+    std::printf("%.1f s; peak working memory (ledger) %s, of which Halide %s; checkpoint store %s; "
+                "process high-water mark %s\n",
+                r.seconds, format_bytes(r.peak_working).c_str(), format_bytes(ledger.halide_peak()).c_str(),
+                format_bytes(ledger.peak(MemoryLedger::Kind::Checkpoint)).c_str(),
                 format_bytes(r.high_water_mark).c_str());
     return 0;
 }
@@ -79,10 +113,16 @@ int main(int argc, char **argv) {
     train->add_option("--momentum", cfg.optimizer.momentum, "sgd momentum")->capture_default_str();
     train->add_option("--weight-decay", cfg.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
     train->add_option("--seed", cfg.seed, "random seed (weights and data)")->capture_default_str();
+    TiledOptions tiled;
+    train->add_option("--tile", tiled.tile, "train tiled with this tile size WIDTHxHEIGHT (default: untiled)");
+    train->add_option("--cuts", tiled.cuts, "layers after which to store checkpoints, comma-separated")
+        ->capture_default_str();
+    train->add_option("--checkpoint-dir", tiled.checkpoint_dir,
+                      "keep checkpoints in memory-mapped files in this directory");
 
     CLI11_PARSE(app, argc, argv);
     try {
-        if (train->parsed()) return run_train(model, size, cfg);
+        if (train->parsed()) return run_train(model, size, cfg, tiled);
     } catch (const segtile::ModelError &e) {
         std::fprintf(stderr, "segtile: %s\n", e.what());
         return 2;

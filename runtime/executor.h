@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/kernel.h"
+#include "runtime/step_kernel.h"
 #include "runtime/parameters.h"
 #include "runtime/tensor.h"
 #include "spec/segments.h"
@@ -77,6 +78,26 @@ private:
     std::vector<Tensor> values_, grads_;  // per tensor; defined for checkpoints (the image's value is a view)
     Halide::Runtime::Buffer<> image_;     // the current image, (W, H, C, 1)
     int64_t tiles_run_ = 0;
+};
+
+}  // namespace segtile
+
+namespace segtile {
+
+// The executor behind the StepKernel interface, so the training loop runs
+// tiled or untiled alike.
+class TiledStep : public StepKernel {
+public:
+    explicit TiledStep(std::unique_ptr<SegmentedExecutor> exec) : exec_(std::move(exec)) {}
+    float run(const Tensor &image, halide_buffer_t *labels_or_target, ParamStore &params, Tensor &prediction,
+              Tensor &grad_image) override {
+        return (float)exec_->step(image, Halide::Runtime::Buffer<>(*labels_or_target), params, &prediction,
+                                  &grad_image);
+    }
+    SegmentedExecutor &executor() { return *exec_; }
+
+private:
+    std::unique_ptr<SegmentedExecutor> exec_;
 };
 
 }  // namespace segtile
