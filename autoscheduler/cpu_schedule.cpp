@@ -74,8 +74,8 @@ void vectorise(Stage s, const std::string &vec, int width) {
 // they are by default) into one parallel loop: tile and image extents are
 // unknown here, so take all the outer parallelism there is (rows, channels,
 // batch); Halide's thread pool balances the tasks.
-void parallelise(Stage s, const std::vector<std::string> &par) {
-    if (par.empty()) return;
+std::string parallelise(Stage s, const std::vector<std::string> &par) {
+    if (par.empty()) return "";
     Var fused(par[0]);
     for (size_t i = 1; i < par.size(); i++) {
         Var next(par[i] + "_f");
@@ -83,6 +83,7 @@ void parallelise(Stage s, const std::vector<std::string> &par) {
         fused = next;
     }
     s.parallel(fused);
+    return fused.name();
 }
 
 // The innermost RVar that no LHS argument uses: a true reduction dimension
@@ -110,7 +111,7 @@ std::string reduction_rvar(const Stage &s, const std::vector<Expr> &lhs, bool &c
 // the update left only adds up `width` partials. rfactor proves the update
 // an associative reduction and throws otherwise (then nothing is changed
 // but a split, and the caller falls back).
-bool rfactor_reduction(Func f, int k, const std::string &r, int width) {
+Func rfactor_reduction(Func f, int k, const std::string &r, int width) {
     Stage s = f.update(k);
     Var u(f.name() + "_u");
     Func intm;
@@ -119,7 +120,7 @@ bool rfactor_reduction(Func f, int k, const std::string &r, int width) {
         intm = s.rfactor(RVar(r + "_ri"), u);
     } catch (const Halide::Error &e) {
         if (debug()) std::fprintf(stderr, "schedule_cpu: no rfactor for %s: %s\n", f.name().c_str(), e.what());
-        return false;
+        return Func();
     }
     std::vector<Var> storage{u};
     std::vector<std::string> rest;
@@ -128,10 +129,9 @@ bool rfactor_reduction(Func f, int k, const std::string &r, int width) {
             storage.push_back(a);
             rest.push_back(a.name());
         }
-    intm.compute_root();
+    intm.compute_root();  // unless placed per output channel below
     if (storage.size() > 1) intm.reorder_storage(storage);
     vectorise(intm, u.name(), width);
-    parallelise(intm, rest);
 
     // Loop nest of the intermediate's update, innermost first: u's lanes,
     // image x (outer part), the pure Vars but the last (kernel taps and
@@ -158,9 +158,9 @@ bool rfactor_reduction(Func f, int k, const std::string &r, int width) {
     if (!last.empty()) order.emplace_back(Var(last));
     // Pure Vars that a scatter LHS leaves out keep their place (after these).
     if (order.size() > 1) is.reorder(order);
-    if (!last.empty()) is.parallel(Var(last));
+    if (!last.empty()) is.parallel(Var(last));  // at root; the caller may move it inside f
     if (debug()) std::fprintf(stderr, "schedule_cpu: rfactor %s.update(%d) over %s\n", f.name().c_str(), k, r.c_str());
-    return true;
+    return intm;
 }
 
 void schedule_func(Func f, const Halide::Target &target) {
@@ -185,12 +185,15 @@ void schedule_func(Func f, const Halide::Target &target) {
             std::fprintf(stderr, "schedule_cpu: %s.update(%d) lhs%s\n", f.name().c_str(), k, o.str().c_str());
         }
         const bool try_rfactor = !r.empty() && (!constant || safe.empty() || safe[0].empty());
-        if (try_rfactor) rfactor_reduction(f, k, r, width);
+        Func intm = try_rfactor ? rfactor_reduction(f, k, r, width) : Func();
         // What is left (or was there): lanes over dimension 0 when the LHS
         // holds it as a pure Var, parallel over the other pure Vars.
         const auto rest = nonempty(safe, 1);
         if (!safe.empty() && !safe[0].empty()) vectorise(f.update(k), safe[0], width);
-        parallelise(f.update(k), rest);
+        const std::string fused = parallelise(f.update(k), rest);
+        // The rfactor partials per iteration of that parallel loop (one row
+        // of a weight gradient), not `width` copies of the whole gradient.
+        if (intm.defined() && !fused.empty()) intm.compute_at(f, Var(fused));
         if (!try_rfactor && (safe.empty() || safe[0].empty()) && rest.empty()) f.update(k).unscheduled();
     }
 }

@@ -135,8 +135,22 @@ TileRegions SegmentedExecutor::tile_regions(int s) const {
     return r;
 }
 
-void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params, std::vector<Tensor> &partials) {
+// Weight-gradient partials of the parameters of layers first..last, reused
+// by every tile of one kernel; allocated per kernel so only one segment's
+// worth is alive at a time.
+std::vector<Tensor> SegmentedExecutor::make_partials(const ParamStore &params, int first, int last) const {
+    std::vector<Tensor> partials(params.specs().size());
+    for (size_t p = 0; p < partials.size(); p++) {
+        const ParamSpec &s = params.specs()[p];
+        if (s.trainable && s.layer >= first && s.layer <= last)
+            partials[p] = Tensor(s.dims, ledger_, MemoryLedger::Kind::Working, type_);
+    }
+    return partials;
+}
+
+void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     const SegmentSpec &seg = layout_.segments[s];
+    std::vector<Tensor> partials = backward ? make_partials(params, seg.first, seg.last) : std::vector<Tensor>{};
     Kernel &kernel = backward ? *kernels_.backward[s] : *kernels_.forward[s];
     const int L = (int)model_.layers.size();
     const TileRegions regions = tile_regions(s);
@@ -214,8 +228,9 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params, st
 }
 
 void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &params, Tensor *predictions, int n,
-                                 double &loss, std::vector<Tensor> &partials) {
+                                 double &loss) {
     Kernel &kernel = *kernels_.head;
+    std::vector<Tensor> partials = make_partials(params, layout_.head_first, model_.loss.input_id);
     const int L = (int)model_.layers.size();
     std::deque<Buffer> views;
     ArgList args;
@@ -261,8 +276,7 @@ Buffer SegmentedExecutor::image_view(const Tensor &images, int n) const { return
 void SegmentedExecutor::forward(const Tensor &images, int n, ParamStore &params) {
     allocate_store(images.dims()[0], images.dims()[1]);
     image_ = image_view(images, n);
-    std::vector<Tensor> none;
-    for (size_t s = 0; s < layout_.segments.size(); s++) run_segment((int)s, false, params, none);
+    for (size_t s = 0; s < layout_.segments.size(); s++) run_segment((int)s, false, params);
 }
 
 double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_targets, ParamStore &params,
@@ -270,21 +284,15 @@ double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_tar
     const int N = (int)images.dims()[3];
     const int L = (int)model_.layers.size();
     params.zero_grads();
-    // Per-kernel weight-gradient partials, reused by every tile and image.
-    std::vector<Tensor> partials;
-    for (size_t p = 0; p < params.specs().size(); p++)
-        partials.push_back(params.specs()[p].trainable
-                               ? Tensor(params.specs()[p].dims, ledger_, MemoryLedger::Kind::Working, type_)
-                               : Tensor());
     double total = 0;
     for (int n = 0; n < N; n++) {
         forward(images, n, params);
         for (auto &g : grads_)
             if (g.defined()) g.zero();
         double loss = 0;
-        run_head(labels_or_targets, params, predictions, n, loss, partials);
+        run_head(labels_or_targets, params, predictions, n, loss);
         total += loss;
-        for (int s = (int)layout_.segments.size() - 1; s >= 0; s--) run_segment(s, true, params, partials);
+        for (int s = (int)layout_.segments.size() - 1; s >= 0; s--) run_segment(s, true, params);
         if (grad_images) {
             Buffer dst = batch_item(grad_images->view(), n);
             dst.copy_from(grads_[L].view());

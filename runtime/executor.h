@@ -62,9 +62,10 @@ public:
 private:
     void allocate_store(int64_t width, int64_t height);
     Halide::Runtime::Buffer<> image_view(const Tensor &images, int n) const;
-    void run_segment(int s, bool backward, ParamStore &params, std::vector<Tensor> &param_partials);
+    std::vector<Tensor> make_partials(const ParamStore &params, int first, int last) const;
+    void run_segment(int s, bool backward, ParamStore &params);
     void run_head(const Halide::Runtime::Buffer<> &labels_or_target, ParamStore &params, Tensor *predictions, int n,
-                  double &loss, std::vector<Tensor> &param_partials);
+                  double &loss);
 
     Model model_;
     SegmentLayout layout_;
