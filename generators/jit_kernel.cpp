@@ -36,7 +36,7 @@ void jit_error(Halide::JITUserContext *uc, const char *msg) { static_cast<JitKer
 }  // namespace
 
 JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
-                     MemoryLedger *ledger, const std::set<std::string> &only) {
+                     MemoryLedger *ledger, const std::set<std::string> &only, Schedule schedule) {
     const auto full_sig = kernel_signature(m, layout, kind, segment);
     KernelInputs in;
     std::vector<Halide::Argument> args;
@@ -67,7 +67,8 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
             sig_.push_back(a);
         }
     try {
-        schedule_cpu(out_funcs, Halide::get_jit_target_from_environment());
+        if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, Halide::get_jit_target_from_environment());
+        else schedule_reference(out_funcs);
         callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args);
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());

@@ -10,11 +10,17 @@
 
 namespace segtile {
 
+// Which schedule a JIT kernel gets: the CPU schedule (fast to run, slow to
+// compile for deep models) or the reference one (every Func at root: fast to
+// compile; what the correctness tests of large models use).
+enum class Schedule { Cpu, Reference };
+
 class JitKernel : public Kernel {
 public:
     // `only` restricts the outputs (e.g. {"loss"} for a forward-only head).
     JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
-              MemoryLedger *ledger = nullptr, const std::set<std::string> &only = {});
+              MemoryLedger *ledger = nullptr, const std::set<std::string> &only = {},
+              Schedule schedule = Schedule::Cpu);
     const std::vector<KernelArg> &signature() const override { return sig_; }
     void call(const std::vector<void *> &args) override;
 
@@ -37,13 +43,15 @@ namespace segtile {
 
 // Every kernel of a segment layout, JIT-compiled.
 inline ModelKernels jit_model_kernels(const Model &m, const SegmentLayout &layout, Halide::Type t,
-                                      MemoryLedger *ledger = nullptr) {
+                                      MemoryLedger *ledger = nullptr, Schedule schedule = Schedule::Cpu) {
     ModelKernels k;
     for (size_t s = 0; s < layout.segments.size(); s++) {
-        k.forward.push_back(std::make_unique<JitKernel>(m, layout, KernelKind::Forward, (int)s, t, ledger));
-        k.backward.push_back(std::make_unique<JitKernel>(m, layout, KernelKind::Backward, (int)s, t, ledger));
+        k.forward.push_back(
+            std::make_unique<JitKernel>(m, layout, KernelKind::Forward, (int)s, t, ledger, std::set<std::string>{}, schedule));
+        k.backward.push_back(
+            std::make_unique<JitKernel>(m, layout, KernelKind::Backward, (int)s, t, ledger, std::set<std::string>{}, schedule));
     }
-    k.head = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, ledger);
+    k.head = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, ledger, std::set<std::string>{}, schedule);
     return k;
 }
 

@@ -97,8 +97,14 @@ std::vector<Func> build_forward(const Model &m, const std::map<int, Func> &sourc
             f = dense(ins[0], param(0), l.bias ? param(1) : Func(), l.in_features, t, name);
             break;
         }
-        // Vector tensors are read only at x = y = 0; spatial ones are bounded.
-        out[i] = Model::is_global(l.kind) ? f : bounded(f, bounds[i], name + "_b");
+        // Vector tensors are read only at x = y = 0. Layers that map zero
+        // inputs to zero outputs pointwise (or by nearest upsampling) are
+        // already zero outside their region: a wrapper would only add Funcs
+        // (and their adjoints) to compile. The others are bounded.
+        const bool zero_preserving = l.kind == LayerKind::Relu || l.kind == LayerKind::LeakyRelu ||
+                                     l.kind == LayerKind::Add || l.kind == LayerKind::Concat ||
+                                     l.kind == LayerKind::Upsample;
+        out[i] = Model::is_global(l.kind) || zero_preserving ? f : bounded(f, bounds[i], name + "_b");
     }
     return out;
 }

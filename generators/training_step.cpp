@@ -4,10 +4,11 @@ namespace segtile {
 
 using Halide::Buffer;
 
-JitTrainingStep::JitTrainingStep(const Model &m, Halide::Type t) : model_(m), type_(t) {
+JitTrainingStep::JitTrainingStep(const Model &m, Halide::Type t, Schedule schedule) : model_(m), type_(t) {
     const SegmentLayout layout = untiled_layout(m);
-    full_ = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t);
-    loss_only_ = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, nullptr, std::set<std::string>{"loss"});
+    full_ = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, nullptr, std::set<std::string>{}, schedule);
+    loss_only_ = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, nullptr, std::set<std::string>{"loss"},
+                                             schedule);
 }
 
 void JitTrainingStep::bind_inputs(ArgList &args, const Buffer<> &image, const Buffer<> &lt,

@@ -15,7 +15,7 @@ namespace segtile {
 
 class JitTrainingStep {
 public:
-    JitTrainingStep(const Model &m, Halide::Type t);
+    JitTrainingStep(const Model &m, Halide::Type t, Schedule schedule = Schedule::Cpu);
 
     struct Result {
         double loss = 0;

@@ -1,0 +1,157 @@
+// Segmented fused-tiled training of the shipped models equals untiled
+// training (float64): loss, every parameter gradient and the image
+// gradient, with 0, 1 and several cuts, tiles from 1 pixel to the whole
+// extent, non-square images whose sides the tiles do not divide. The
+// forward checkpoints equal the untiled layer outputs tile for tile.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <sstream>
+
+#include "generators/jit_kernel.h"
+#include "generators/kernels.h"
+#include "generators/model_graph.h"
+#include "generators/training_step.h"
+#include "runtime/executor.h"
+#include "test/test_support.h"
+
+using namespace segtile;
+
+namespace {
+
+struct Case {
+    std::string model;
+    int width, height, batch;
+    std::vector<std::string> cuts;
+    std::vector<TileSize> tiles;  // per segment; {0, 0}: whole extent
+};
+
+std::ostream &operator<<(std::ostream &os, const Case &c) {
+    os << c.model << "_" << c.width << "x" << c.height << "_cuts";
+    for (const auto &n : c.cuts) os << "_" << n;
+    return os;
+}
+
+Tensor to_tensor(const Halide::Buffer<double> &b) {
+    std::vector<int64_t> d;
+    for (int i = 0; i < b.dimensions(); i++) d.push_back(b.dim(i).extent());
+    Tensor t(d, nullptr, MemoryLedger::Kind::Working, halide_type_of<double>());
+    std::copy(b.begin(), b.end(), t.as<double>());
+    return t;
+}
+
+double rel_diff(const double *a, const double *b, int64_t n) {
+    double ref = 0, diff = 0;
+    for (int64_t k = 0; k < n; k++) {
+        ref = std::max(ref, std::abs(b[k]));
+        diff = std::max(diff, std::abs(a[k] - b[k]));
+    }
+    return ref > 0 ? diff / ref : INFINITY;
+}
+
+// The untiled value of one layer's output for image n, realized directly
+// from the layer Funcs over the whole image.
+Halide::Buffer<double> untiled_tensor(const Model &m, int tensor, const Halide::Buffer<double> &image, int n,
+                                      const std::vector<Halide::Buffer<>> &params) {
+    const int L = (int)m.layers.size();
+    Halide::Buffer<double> one = image.sliced(3, n).embedded(3, 0);
+    Halide::Func src("src");
+    Halide::Var x, y, c, nn;
+    src(x, y, c, nn) = one(x, y, c, nn);
+    std::vector<Halide::Func> pf;
+    for (size_t p = 0; p < params.size(); p++) {
+        Halide::Buffer<double> b(params[p]);
+        pf.emplace_back(Halide::Func(b));
+    }
+    auto bounds = whole_image_bounds(m, image.dim(0).extent(), image.dim(1).extent());
+    auto t = build_forward(m, {{L, src}}, pf, bounds, Halide::Float(64), 0, tensor);
+    schedule_reference({t[tensor]});
+    const TensorShape s = m.shapes(image.dim(0).extent(), image.dim(1).extent())[tensor];
+    return t[tensor].realize({(int)s.width, (int)s.height, (int)s.channels, 1});
+}
+
+class TiledModels : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TiledModels, EqualUntiled) {
+    const Case &c = GetParam();
+    const auto t0 = std::chrono::steady_clock::now();
+    Model m = load_model(c.model);
+    std::mt19937 rng(17);
+    Halide::Buffer<double> image = segtile::testing::random_buffer({c.width, c.height, m.input_channels, c.batch}, rng);
+    Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, c.width, c.height, c.batch, rng);
+    auto params = segtile::testing::random_params(m, rng);
+
+    // Large models: the reference schedule compiles several times faster.
+    JitTrainingStep reference(m, Halide::Float(64), Schedule::Reference);
+    auto ref = reference.run(image, lt, params);
+
+    std::vector<int> cuts;
+    for (const auto &name : c.cuts) {
+        cuts.push_back(m.find_layer(name));
+        ASSERT_GE(cuts.back(), 0) << name;
+    }
+    SegmentLayout layout = make_segments(m, cuts);
+    MemoryLedger ledger;
+    SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(64), &ledger, Schedule::Reference), c.tiles, &ledger,
+                           halide_type_of<double>());
+    ParamStore store(m, &ledger, halide_type_of<double>());
+    for (size_t p = 0; p < params.size(); p++) {
+        Halide::Buffer<double> src(params[p]);
+        std::copy(src.begin(), src.end(), store.values[p].as<double>());
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    Tensor images = to_tensor(image);
+
+    // Forward: every checkpoint equals the untiled layer output.
+    exec.forward(images, c.batch - 1, store);
+    for (int t : layout.checkpoints()) {
+        if (t == (int)m.layers.size()) continue;
+        Halide::Buffer<double> want = untiled_tensor(m, t, image, c.batch - 1, params);
+        const Tensor &got = exec.checkpoint(t);
+        ASSERT_EQ(got.numel(), want.number_of_elements()) << m.layers[t].name;
+        EXPECT_LE(rel_diff(const_cast<Tensor &>(got).as<double>(), want.begin(), got.numel()), 1e-13)
+            << "checkpoint " << m.layers[t].name;
+    }
+
+    Tensor grad_images(images.dims(), nullptr, MemoryLedger::Kind::Working, halide_type_of<double>());
+    const double loss = exec.step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), store, nullptr, &grad_images);
+    EXPECT_NEAR(loss, ref.loss, 1e-12 * std::abs(ref.loss));
+    Halide::Buffer<double> gi(ref.grad_image);
+    EXPECT_LE(rel_diff(grad_images.as<double>(), gi.begin(), grad_images.numel()), 1e-10) << "image gradient";
+    for (size_t p = 0; p < params.size(); p++) {
+        if (!store.specs()[p].trainable) continue;
+        Halide::Buffer<double> g(ref.grads[p]);
+        EXPECT_LE(rel_diff(store.grads[p].as<double>(), g.begin(), g.number_of_elements()), 1e-10)
+            << store.specs()[p].name;
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    std::printf("compile %.1f s, run %.1f s, %lld tiles\n", std::chrono::duration<double>(t1 - t0).count(),
+                std::chrono::duration<double>(t2 - t1).count(), (long long)exec.tiles_run());
+}
+
+// Each case compiles its own kernels (about a minute for VGG16 on two
+// cores), so the matrix covers each situation once rather than every product.
+INSTANTIATE_TEST_SUITE_P(
+    Shipped, TiledModels,
+    ::testing::Values(
+        // No cut: one segment; 1-pixel tiles on pool5's 2x1 output.
+        Case{"vgg16", 75, 53, 1, {}, {{1, 1}}},
+        // Several cuts; the last segment untiled (whole extent).
+        Case{"vgg16", 75, 53, 1, {"pool1", "pool3", "relu4_2"}, {{16, 9}, {7, 5}, {3, 2}, {0, 0}}},
+        // One cut; frozen batch norm and leaky relu inside the tiles; batch of 2.
+        Case{"darknet19", 70, 45, 2, {"lrelu8"}, {{5, 3}, {1, 1}}},
+        // Cuts inside residual blocks: the skip tensor crosses the cut.
+        Case{"resnet18", 67, 41, 1, {"layer1.0.relu1", "layer2.0.bn1", "layer3.1.relu1"}, {{6, 4}, {5, 5}, {2, 3}, {1, 1}}},
+        // U-Net: cuts that encoder skips cross (several checkpoint tensors per cut); dense loss.
+        Case{"unet", 44, 28, 1, {"pool1", "up2", "dec2.3"}, {{9, 5}, {3, 2}, {7, 4}, {13, 6}}},
+        Case{"unet", 36, 20, 2, {}, {{5, 7}}}),
+    [](const ::testing::TestParamInfo<Case> &info) {
+        std::ostringstream os;
+        os << info.param;
+        std::string s = os.str();
+        for (char &ch : s)
+            if (!std::isalnum((unsigned char)ch)) ch = '_';
+        return s;
+    });
+
+}  // namespace
