@@ -33,13 +33,8 @@ namespace {
 // partition every loop of every Func into edge and interior cases: with
 // hundreds of Funcs in an autodiff pipeline that multiplies the code LLVM
 // has to compile several times over.
-Func bounded(Func f, const TensorBounds &b, const std::string &name) {
+Func bounded(const Func &f, const TensorBounds &b, const std::string &name) {
     Halide::Var x("x"), y("y"), c("c"), n("n");
-    // f is only read inside the region: say so, so bounds inference stops
-    // here instead of growing symbolic bounds through the whole network
-    // (those expressions, repeated in allocations and asserts, dominated
-    // compile time).
-    f.bound(f.args()[0], b.x_min, b.x_max - b.x_min + 1).bound(f.args()[1], b.y_min, b.y_max - b.y_min + 1);
     Expr inside = x >= b.x_min && x <= b.x_max && y >= b.y_min && y <= b.y_max;
     Func g(name);
     g(x, y, c, n) = Halide::select(inside, f(Halide::clamp(x, b.x_min, b.x_max), Halide::clamp(y, b.y_min, b.y_max), c, n),

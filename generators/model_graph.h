@@ -22,9 +22,7 @@ struct TensorBounds {
 // Index of the model input among tensors: tensors are layers 0..L-1, then the input.
 inline int input_tensor(const Model &m) { return (int)m.layers.size(); }
 
-// Name of a layer's Func is "l_" + halide_name(layer name).
-inline std::string halide_name(const std::string &s) { return c_identifier(s); }
-
+// A layer's Func is named "l_" + c_identifier(layer name).
 // Whole-image bounds of every tensor for an image of width x height.
 std::vector<TensorBounds> whole_image_bounds(const Model &m, Halide::Expr width, Halide::Expr height);
 

@@ -1,14 +1,12 @@
 #include "spec/geometry.h"
 
+#include "spec/region_map.h"
+
 #include <algorithm>
 #include <climits>
 #include <numeric>
 
 namespace segtile {
-
-namespace {
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-}  // namespace
 
 Interval Interval::hull(const Interval &o) const {
     if (empty()) return o;
@@ -18,19 +16,11 @@ Interval Interval::hull(const Interval &o) const {
 
 Interval Interval::intersect(const Interval &o) const { return {std::max(lo, o.lo), std::min(hi, o.hi)}; }
 
+// The same map the executor and the kernels use (spec/region_map.h).
 Interval input_interval(const Layer &l, const Interval &out) {
     if (out.empty()) return out;
-    switch (l.kind) {
-    case LayerKind::Conv2d:
-        return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + (int64_t)l.dilation * (l.kernel - 1)};
-    case LayerKind::MaxPool:
-    case LayerKind::AvgPool:
-        return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + l.kernel - 1};
-    case LayerKind::Upsample:
-        return {floor_div(out.lo, l.factor), floor_div(out.hi, l.factor)};
-    default:
-        return out;  // elementwise and joins; global layers are handled by callers
-    }
+    const Span<int64_t> in = input_span<int64_t, IntOps>(l, {out.lo, out.hi});
+    return {in.lo, in.hi};
 }
 
 Region input_region(const Layer &l, const Region &out) { return {input_interval(l, out.x), input_interval(l, out.y)}; }
@@ -85,7 +75,7 @@ ChainGeometry chain_geometry(const std::vector<Layer> &chain) {
     for (int64_t o = 0; o < den; o++) {
         Interval in{o, o};
         for (auto it = chain.rbegin(); it != chain.rend(); ++it) in = input_interval(*it, in);
-        const int64_t at = floor_div(o * num, den);
+        const int64_t at = IntOps::floor_div(o * num, den);
         g.receptive_field = std::max(g.receptive_field, in.extent());
         g.halo_lo = std::max(g.halo_lo, at - in.lo);
         g.halo_hi = std::max(g.halo_hi, in.hi - at);
