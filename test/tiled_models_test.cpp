@@ -1,4 +1,4 @@
-// Segmented fused-tiled training of the shipped models equals untiled
+// Segmented fused-tiled training of every shipped model equals untiled
 // training (float64): loss, every parameter gradient and the image
 // gradient, with 0, 1 and several cuts, tiles from 1 pixel to the whole
 // extent, non-square images whose sides the tiles do not divide. The
@@ -24,6 +24,9 @@ struct Case {
     int width, height, batch;
     std::vector<std::string> cuts;
     std::vector<TileSize> tiles;  // per segment; {0, 0}: whole extent
+    // Whole shipped models use the reference schedule (it compiles several
+    // times faster); the small model runs the production CPU schedule.
+    Schedule schedule = Schedule::Reference;
 };
 
 std::ostream &operator<<(std::ostream &os, const Case &c) {
@@ -81,8 +84,7 @@ TEST_P(TiledModels, EqualUntiled) {
     Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, c.width, c.height, c.batch, rng);
     auto params = segtile::testing::random_params(m, rng);
 
-    // Large models: the reference schedule compiles several times faster.
-    JitTrainingStep reference(m, Halide::Float(64), Schedule::Reference);
+    JitTrainingStep reference(m, Halide::Float(64), c.schedule);
     auto ref = reference.run(image, lt, params);
 
     std::vector<int> cuts;
@@ -92,7 +94,7 @@ TEST_P(TiledModels, EqualUntiled) {
     }
     SegmentLayout layout = make_segments(m, cuts);
     MemoryLedger ledger;
-    SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(64), &ledger, Schedule::Reference), c.tiles, &ledger,
+    SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(64), &ledger, c.schedule), c.tiles, &ledger,
                            halide_type_of<double>());
     ParamStore store(m, &ledger, halide_type_of<double>());
     for (size_t p = 0; p < params.size(); p++) {
@@ -134,6 +136,10 @@ TEST_P(TiledModels, EqualUntiled) {
 INSTANTIATE_TEST_SUITE_P(
     Shipped, TiledModels,
     ::testing::Values(
+        // The built-in model under the CPU schedule: no cut with a batch of
+        // two, and two cuts with a different tile size per segment.
+        Case{"tiny_cnn", 37, 29, 2, {}, {{5, 4}}, Schedule::Cpu},
+        Case{"tiny_cnn", 37, 29, 1, {"pool1", "relu2"}, {{7, 5}, {3, 3}, {2, 4}}, Schedule::Cpu},
         // No cut: one segment; 1-pixel tiles on pool5's 2x1 output.
         Case{"vgg16", 75, 53, 1, {}, {{1, 1}}},
         // Several cuts; the last segment untiled (whole extent).
