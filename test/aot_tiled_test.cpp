@@ -6,6 +6,7 @@
 // tile, does not share.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <random>
 
 #include "generators/training_step.h"
@@ -85,4 +86,54 @@ TEST(AotTiled, TinyCnnThreeSegmentsMatchesUntiled) {
     }
     EXPECT_GT(ledger.halide_peak(), 0);
     EXPECT_GT(ledger.peak(MemoryLedger::Kind::Checkpoint), 0);
+}
+
+// Checkpoints in memory-mapped files give the same step, and leave no file behind.
+TEST(AotTiled, MemoryMappedCheckpointsMatchInMemory) {
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
+    char tmpl[] = "/tmp/segtile-mmap-XXXXXX";
+    const std::string dir = mkdtemp(tmpl);
+    const int W = 40, H = 33;
+    Tensor images({W, H, 1, 1}, nullptr);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < images.numel(); i++) images.data()[i] = nd(rng);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    std::vector<std::vector<float>> grads[2];
+    double losses[2];
+    for (int mapped = 0; mapped < 2; mapped++) {
+        MemoryLedger ledger;
+        SegmentedExecutor exec(m, layout, tiny_cnn_tiled_kernels(m, &ledger), {{5, 5}, {4, 4}, {3, 3}}, &ledger,
+                               halide_type_of<float>(), mapped ? dir : "");
+        ParamStore params(m, &ledger);
+        params.init_pytorch_default(4);
+        losses[mapped] = exec.step(images, labels, params);
+        for (auto &g : params.grads) grads[mapped].emplace_back(g.data(), g.data() + g.numel());
+        EXPECT_GT(ledger.peak(MemoryLedger::Kind::Checkpoint), 0);
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_EQ(grads[0], grads[1]);
+    std::error_code ec;
+    EXPECT_TRUE(std::filesystem::is_empty(dir, ec)) << "checkpoint files are removed";
+    std::filesystem::remove_all(dir, ec);
+}
+
+TEST(AotTiled, UnwritableCheckpointDirSaysWhatToChange) {
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
+    MemoryLedger ledger;
+    SegmentedExecutor exec(m, layout, tiny_cnn_tiled_kernels(m, &ledger), {{5, 5}, {4, 4}, {3, 3}}, &ledger,
+                           halide_type_of<float>(), "/nonexistent/segtile");
+    Tensor images({16, 16, 1, 1}, nullptr);
+    ParamStore params(m, &ledger);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 0;
+    try {
+        exec.step(images, labels, params);
+        FAIL();
+    } catch (const std::runtime_error &e) {
+        EXPECT_NE(std::string(e.what()).find("choose a writable directory"), std::string::npos) << e.what();
+    }
 }
