@@ -52,7 +52,13 @@ Run run_step(const Model &m, int size, const std::vector<int> &cuts, int64_t til
             m, std::make_unique<JitKernel>(m, untiled_layout(m), KernelKind::Head, 0, Halide::Float(32), &ledger));
     } else {
         SegmentLayout layout = make_segments(m, cuts);
-        std::vector<TileSize> tiles(layout.segments.size(), TileSize{tile, tile});
+        // Deeper segments have more channels per pixel: halve the tile per
+        // segment (not below 16) so every segment's working set is alike.
+        std::vector<TileSize> tiles;
+        for (size_t s = 0; s < layout.segments.size(); s++) {
+            const int64_t t = std::max<int64_t>(tile >> s, std::min<int64_t>(tile, 16));
+            tiles.push_back({t, t});
+        }
         exec = std::make_unique<SegmentedExecutor>(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger),
                                                    tiles, &ledger);
     }
@@ -104,7 +110,8 @@ void report(benchmark::State &state, const Run &r) {
     state.counters["high_water_mark_bytes"] = (double)r.high_water;
 }
 
-// Tiled (cuts after every pool but the last, 64-pixel tiles) then untiled,
+// Tiled (cuts after every pool but the last; tiles of `tile` pixels on the
+// first segment's output, halved per segment down to 16) then untiled,
 // with the ratio of peaks and the gradients' agreement.
 void BM_Vgg16TiledVsUntiled(benchmark::State &state) {
     const int size = (int)state.range(0);
