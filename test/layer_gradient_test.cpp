@@ -31,6 +31,7 @@
 #include "generators/training_step.h"
 #include "spec/builder.h"
 #include "spec/model.h"
+#include "test/layer_cases.h"
 #include "test/test_support.h"
 
 namespace segtile {
@@ -58,48 +59,27 @@ struct Case {
 
 std::ostream &operator<<(std::ostream &os, const Case &c) { return os << c.name; }
 
-ModelBuilder net(int cin) { return ModelBuilder("t", cin); }
+using segtile::testing::net;
 
 Case conv_case(const std::string &name, int cin, int cout, int k, int s, int p, int d, int g, bool bias,
                std::vector<std::array<int, 3>> sizes) {
     return {name,
-            [=] {
-                return net(cin).conv2d("conv", cout, k).stride(s).padding(p).dilation(d).groups(g).bias(bias)
-                    .loss(LK::MeanSquaredError).build();
-            },
+            [=] { return segtile::testing::conv_model(cin, cout, k, s, p, d, g, bias); },
             sizes};
 }
 
 Case pool_case(const std::string &name, bool is_max, int cin, int k, int s, int p,
                std::vector<std::array<int, 3>> sizes) {
     return {name,
-            [=] {
-                ModelBuilder b = net(cin);
-                (is_max ? b.max_pool("pool", k) : b.avg_pool("pool", k)).stride(s).padding(p);
-                return b.loss(LK::MeanSquaredError).build();
-            },
+            [=] { return segtile::testing::pool_model(is_max, cin, k, s, p); },
             sizes, is_max ? ImageKind::Distinct : ImageKind::Normal};
 }
 
 // Random conv configurations from a fixed seed, on top of the hand-picked ones.
 std::vector<Case> random_conv_cases(int count, unsigned seed) {
-    std::mt19937 rng(seed);
-    auto pick = [&](std::vector<int> v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)]; };
     std::vector<Case> out;
-    for (int i = 0; i < count; i++) {
-        const int g = pick({1, 1, 2, 3});
-        const int cin = g * pick({1, 2}), cout = g * pick({1, 2});
-        const int k = pick({1, 2, 3, 4}), s = pick({1, 2, 3}), p = pick({0, 1, 2}), d = pick({1, 2});
-        const bool bias = pick({0, 1});
-        const int span = std::max(d * (k - 1) + 1 - 2 * p, 1);
-        auto size = [&] { return span + pick({0, 1, 2, 3, 4}); };
-        std::vector<std::array<int, 3>> sizes = {{size(), size(), pick({1, 2})}, {size(), size(), 1}};
-        std::string name = "conv_random" + std::to_string(i) + "_ci" + std::to_string(cin) + "_co" +
-                           std::to_string(cout) + "_k" + std::to_string(k) + "_s" + std::to_string(s) + "_p" +
-                           std::to_string(p) + "_d" + std::to_string(d) + "_g" + std::to_string(g) +
-                           (bias ? "_bias" : "_nobias");
-        out.push_back(conv_case(name, cin, cout, k, s, p, d, g, bias, sizes));
-    }
+    for (const auto &c : segtile::testing::random_conv_configs(count, seed, 4, 2, 4))
+        out.push_back(conv_case(c.name, c.cin, c.cout, c.k, c.s, c.p, c.d, c.g, c.bias, c.sizes));
     return out;
 }
 
