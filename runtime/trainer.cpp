@@ -14,6 +14,9 @@ TrainReport train_synthetic(const Model &m, StepKernel &kernel, const TrainConfi
                                     "-channel images, 2 classes, softmax cross-entropy); pass a classifier with "
                                     "input_channels " + std::to_string(cfg.data.channels) + " and >= 2 classes");
     const int W = cfg.data.width, H = cfg.data.height, C = cfg.data.channels, N = cfg.batch;
+    if (W < cfg.data.mark_size || H < cfg.data.mark_size)
+        throw std::invalid_argument("the built-in task draws " + std::to_string(cfg.data.mark_size) + "x" +
+                                    std::to_string(cfg.data.mark_size) + " marks: use images of at least that size");
     const auto shapes = m.shapes(W, H);  // throws if the image is too small
     const TensorShape &ps = shapes[m.loss.input_id];
 

@@ -44,3 +44,13 @@ TEST(MainJob, ModelThatDoesNotFitTheTaskIsRejected) {
     std::ostringstream log;
     EXPECT_THROW(train_synthetic(m, *kernel, TrainConfig{}, ledger, log), std::invalid_argument);
 }
+
+TEST(MainJob, ImagesSmallerThanTheMarksAreRejected) {
+    Model m = load_model("tiny_cnn");
+    MemoryLedger ledger;
+    auto kernel = aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
+    TrainConfig cfg;
+    cfg.data.width = 6;  // valid for the network, smaller than a mark
+    std::ostringstream log;
+    EXPECT_THROW(train_synthetic(m, *kernel, cfg, ledger, log), std::invalid_argument);
+}
