@@ -1,8 +1,5 @@
 #include "generators/jit_kernel.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "autoscheduler/cpu_schedule.h"
 #include "generators/kernels.h"
 
@@ -10,25 +7,14 @@ namespace segtile {
 
 namespace {
 
-constexpr size_t kAlign = 128;
-
 void *jit_malloc(Halide::JITUserContext *uc, size_t bytes) {
-    void *base = std::aligned_alloc(kAlign, kAlign + ((bytes + kAlign - 1) / kAlign) * kAlign);
-    if (!base) return nullptr;
-    std::memcpy(base, &bytes, sizeof bytes);
     auto *ctx = static_cast<JitKernel::Context *>(uc);
-    if (ctx && ctx->ledger) ctx->ledger->halide_allocated(bytes);
-    return static_cast<char *>(base) + kAlign;
+    return MemoryLedger::halide_malloc(ctx ? ctx->ledger : nullptr, bytes);
 }
 
 void jit_free(Halide::JITUserContext *uc, void *ptr) {
-    if (!ptr) return;
-    char *base = static_cast<char *>(ptr) - kAlign;
-    size_t bytes;
-    std::memcpy(&bytes, base, sizeof bytes);
     auto *ctx = static_cast<JitKernel::Context *>(uc);
-    if (ctx && ctx->ledger) ctx->ledger->halide_freed(bytes);
-    std::free(base);
+    MemoryLedger::halide_free(ctx ? ctx->ledger : nullptr, ptr);
 }
 
 void jit_error(Halide::JITUserContext *uc, const char *msg) { static_cast<JitKernel::Context *>(uc)->error += msg; }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 
@@ -32,6 +33,27 @@ void MemoryLedger::halide_allocated(size_t bytes) {
 void MemoryLedger::halide_freed(size_t bytes) {
     freed(bytes);
     halide_.add(-(int64_t)bytes);
+}
+
+namespace {
+constexpr size_t kAlign = 128;
+}  // namespace
+
+void *MemoryLedger::halide_malloc(MemoryLedger *ledger, size_t bytes) {
+    void *base = std::aligned_alloc(kAlign, kAlign + ((bytes + kAlign - 1) / kAlign) * kAlign);
+    if (!base) return nullptr;
+    std::memcpy(base, &bytes, sizeof bytes);
+    if (ledger) ledger->halide_allocated(bytes);
+    return static_cast<char *>(base) + kAlign;
+}
+
+void MemoryLedger::halide_free(MemoryLedger *ledger, void *ptr) {
+    if (!ptr) return;
+    char *base = static_cast<char *>(ptr) - kAlign;
+    size_t bytes;
+    std::memcpy(&bytes, base, sizeof bytes);
+    if (ledger) ledger->halide_freed(bytes);
+    std::free(base);
 }
 
 int64_t process_high_water_mark() {

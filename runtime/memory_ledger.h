@@ -28,6 +28,12 @@ public:
     void halide_allocated(size_t bytes);
     void halide_freed(size_t bytes);
 
+    // The allocator behind the AOT (KernelContext) and JIT (JitKernel) hooks:
+    // 128-byte aligned for Halide's vector loads, counted in `ledger` when
+    // one is given (a header before the block records the size for free).
+    static void *halide_malloc(MemoryLedger *ledger, size_t bytes);
+    static void halide_free(MemoryLedger *ledger, void *ptr);
+
 private:
     struct Counter {
         std::atomic<int64_t> current{0}, peak{0};

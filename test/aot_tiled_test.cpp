@@ -13,22 +13,12 @@
 #include "runtime/executor.h"
 #include "runtime/step_kernel.h"
 #include "tiny_cnn_step.h"
+#include "test/test_support.h"
 #include "tiny_cnn_tiled.h"
 
 using namespace segtile;
 
 namespace {
-
-// max |a - b| / max |b|
-template <typename A, typename B>
-double rel_diff(const A *a, const B *b, int64_t n) {
-    double ref = 0, diff = 0;
-    for (int64_t k = 0; k < n; k++) {
-        ref = std::max(ref, std::abs((double)b[k]));
-        diff = std::max(diff, std::abs((double)a[k] - (double)b[k]));
-    }
-    return ref > 0 ? diff / ref : INFINITY;
-}
 
 Halide::Buffer<double> to_f64(const Tensor &t) {
     Halide::Buffer<double> b(std::vector<int>(t.dims().begin(), t.dims().end()));
@@ -75,14 +65,14 @@ TEST(AotTiled, TinyCnnThreeSegmentsMatchesUntiled) {
     EXPECT_NEAR(loss, exact.loss, 1e-6 * exact.loss);
     EXPECT_NEAR(loss, loss_ref, 1e-5 * loss_ref);
     Halide::Buffer<double> ep(exact.prediction), eg(exact.grad_image);
-    EXPECT_LE(rel_diff(pred_tiled.data(), ep.begin(), pred_tiled.numel()), 1e-5);
-    EXPECT_LE(rel_diff(grad_tiled.data(), eg.begin(), grad_tiled.numel()), 1e-5) << "image gradient";
-    EXPECT_LE(rel_diff(grad_tiled.data(), grad_ref.data(), grad_tiled.numel()), 1e-5) << "image gradient vs f32";
+    EXPECT_LE(segtile::testing::rel_diff(pred_tiled.data(), ep.begin(), pred_tiled.numel()), 1e-5);
+    EXPECT_LE(segtile::testing::rel_diff(grad_tiled.data(), eg.begin(), grad_tiled.numel()), 1e-5) << "image gradient";
+    EXPECT_LE(segtile::testing::rel_diff(grad_tiled.data(), grad_ref.data(), grad_tiled.numel()), 1e-5) << "image gradient vs f32";
     for (size_t p = 0; p < ref.grads.size(); p++) {
         Halide::Buffer<double> g(exact.grads[p]);
         const int64_t n = g.number_of_elements();
-        EXPECT_LE(rel_diff(tiled.grads[p].data(), g.begin(), n), 1e-5) << ref.specs()[p].name;
-        EXPECT_LE(rel_diff(tiled.grads[p].data(), ref.grads[p].data(), n), 5e-5) << ref.specs()[p].name << " vs f32";
+        EXPECT_LE(segtile::testing::rel_diff(tiled.grads[p].data(), g.begin(), n), 1e-5) << ref.specs()[p].name;
+        EXPECT_LE(segtile::testing::rel_diff(tiled.grads[p].data(), ref.grads[p].data(), n), 5e-5) << ref.specs()[p].name << " vs f32";
     }
     EXPECT_GT(ledger.halide_peak(), 0);
     EXPECT_GT(ledger.peak(MemoryLedger::Kind::Checkpoint), 0);

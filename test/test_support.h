@@ -69,4 +69,15 @@ inline double rel_error(double a, double b, double floor = 1e-6) {
     return std::abs(a - b) / std::max({std::abs(a), std::abs(b), floor});
 }
 
+// max |a - b| / max |b| over n elements: the relative error of a whole tensor.
+template <typename A, typename B>
+double rel_diff(const A *a, const B *b, int64_t n) {
+    double ref = 0, diff = 0;
+    for (int64_t k = 0; k < n; k++) {
+        ref = std::max(ref, std::abs((double)b[k]));
+        diff = std::max(diff, std::abs((double)a[k] - (double)b[k]));
+    }
+    return ref > 0 ? diff / ref : INFINITY;
+}
+
 }  // namespace segtile::testing

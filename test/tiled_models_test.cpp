@@ -43,15 +43,6 @@ Tensor to_tensor(const Halide::Buffer<double> &b) {
     return t;
 }
 
-double rel_diff(const double *a, const double *b, int64_t n) {
-    double ref = 0, diff = 0;
-    for (int64_t k = 0; k < n; k++) {
-        ref = std::max(ref, std::abs(b[k]));
-        diff = std::max(diff, std::abs(a[k] - b[k]));
-    }
-    return ref > 0 ? diff / ref : INFINITY;
-}
-
 // The untiled value of one layer's output for image n, realized directly
 // from the layer Funcs over the whole image.
 Halide::Buffer<double> untiled_tensor(const Model &m, int tensor, const Halide::Buffer<double> &image, int n,
@@ -111,7 +102,7 @@ TEST_P(TiledModels, EqualUntiled) {
         Halide::Buffer<double> want = untiled_tensor(m, t, image, c.batch - 1, params);
         const Tensor &got = exec.checkpoint(t);
         ASSERT_EQ(got.numel(), want.number_of_elements()) << m.layers[t].name;
-        EXPECT_LE(rel_diff(const_cast<Tensor &>(got).as<double>(), want.begin(), got.numel()), 1e-13)
+        EXPECT_LE(segtile::testing::rel_diff(const_cast<Tensor &>(got).as<double>(), want.begin(), got.numel()), 1e-13)
             << "checkpoint " << m.layers[t].name;
     }
 
@@ -119,11 +110,11 @@ TEST_P(TiledModels, EqualUntiled) {
     const double loss = exec.step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), store, nullptr, &grad_images);
     EXPECT_NEAR(loss, ref.loss, 1e-12 * std::abs(ref.loss));
     Halide::Buffer<double> gi(ref.grad_image);
-    EXPECT_LE(rel_diff(grad_images.as<double>(), gi.begin(), grad_images.numel()), 1e-10) << "image gradient";
+    EXPECT_LE(segtile::testing::rel_diff(grad_images.as<double>(), gi.begin(), grad_images.numel()), 1e-10) << "image gradient";
     for (size_t p = 0; p < params.size(); p++) {
         if (!store.specs()[p].trainable) continue;
         Halide::Buffer<double> g(ref.grads[p]);
-        EXPECT_LE(rel_diff(store.grads[p].as<double>(), g.begin(), g.number_of_elements()), 1e-10)
+        EXPECT_LE(segtile::testing::rel_diff(store.grads[p].as<double>(), g.begin(), g.number_of_elements()), 1e-10)
             << store.specs()[p].name;
     }
     const auto t2 = std::chrono::steady_clock::now();
