@@ -1,0 +1,29 @@
+// Arithmetic cost of layers: the FLOPs the planner's time model, the
+// benchmarks' useful-GFLOP/s counters and the recompute factor share.
+// A multiply-add counts as 2 FLOPs (the usual convention: PyTorch profilers,
+// the paper's TFLOP figures).
+#pragma once
+
+#include <cstdint>
+
+#include "spec/model.h"
+
+namespace segtile {
+
+struct LayerFlops {
+    double forward = 0;      // computing the output region
+    double input_grad = 0;   // gradient of the input(s) from the output gradient
+    double weight_grad = 0;  // gradient of the parameters
+    double backward() const { return input_grad + weight_grad; }
+    double total() const { return forward + backward(); }
+};
+
+// FLOPs of layer `i` of `m` over an output region of out_w x out_h pixels
+// (all channels, one image).
+LayerFlops layer_flops(const Model &m, int i, int64_t out_w, int64_t out_h);
+
+// Useful FLOPs of one untiled training step on one width x height image:
+// every layer once forward and once backward (the image's gradient excluded).
+double training_step_flops(const Model &m, int64_t width, int64_t height);
+
+}  // namespace segtile
