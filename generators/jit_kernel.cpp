@@ -1,6 +1,7 @@
 #include "generators/jit_kernel.h"
 
 #include "autoscheduler/cpu_schedule.h"
+#include "generators/kernel_pipeline.h"
 #include "generators/kernels.h"
 
 namespace segtile {
@@ -22,40 +23,20 @@ void jit_error(Halide::JITUserContext *uc, const char *msg) { static_cast<JitKer
 }  // namespace
 
 JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
-                     MemoryLedger *ledger, const std::set<std::string> &only, Schedule schedule) {
-    const auto full_sig = kernel_signature(m, layout, kind, segment);
-    KernelInputs in;
-    std::vector<Halide::Argument> args;
-    for (const auto &a : full_sig) {
-        if (a.output) continue;
-        if (a.scalar) {
-            Halide::Param<int32_t> p(a.name);
-            in.scalars[a.name] = p;
-            args.push_back(p);
-        } else {
-            Halide::ImageParam p(a.integer ? Halide::Int(32) : t, a.dims, a.name);
-            in.buffers[a.name] = p;
-            if (a.dims == 4) in.extents[a.name] = {p.dim(0).extent(), p.dim(1).extent(), p.dim(3).extent()};
-            args.push_back(p);
-        }
-        sig_.push_back(a);
-    }
-    std::map<std::string, Halide::Func> outs;
+                     MemoryLedger *ledger, const std::set<std::string> &only, Schedule schedule,
+                     const PeerSchedule &peer) {
+    const bool estimate = schedule == Schedule::Peer;  // autoschedulers need sizes
+    KernelPipeline kp = kernel_pipeline(m, layout, kind, segment, t, only);
+    sig_ = kp.signature;
+    const std::vector<Halide::Func> &out_funcs = kp.outputs;
+    const std::vector<Halide::Argument> &args = kp.args;
     try {
-        outs = build_kernel(m, layout, kind, segment, in, t);
-    } catch (const Halide::Error &e) {
-        throw std::runtime_error(std::string("Halide: ") + e.what());
-    }
-    std::vector<Halide::Func> out_funcs;
-    for (const auto &a : full_sig)
-        if (a.output && (only.empty() || only.count(a.name))) {
-            out_funcs.push_back(outs.at(a.name));
-            sig_.push_back(a);
-        }
-    try {
-        if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, Halide::get_jit_target_from_environment());
+        Halide::Pipeline pipeline(out_funcs);
+        const Halide::Target target = Halide::get_jit_target_from_environment();
+        if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, target);
+        else if (schedule == Schedule::Peer) apply_peer_schedule(pipeline, peer, target);
         else schedule_reference(out_funcs);
-        callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args);
+        callable_ = pipeline.compile_to_callable(args, target);
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());
     }
