@@ -26,9 +26,14 @@ public:
     void set_lr(float lr) { cfg_.lr = lr; }
     const OptimizerConfig &config() const { return cfg_; }
     int64_t steps() const { return t_; }
+    // Restores the step count of a saved run (Adam's bias correction and
+    // SGD's first-step rule depend on it).
+    void set_steps(int64_t t) { t_ = t; }
     // State tensors (momentum; Adam's first and second moments), for checkpoints.
     std::vector<Tensor> &state1() { return m1_; }
     std::vector<Tensor> &state2() { return m2_; }
+    const std::vector<Tensor> &state1() const { return m1_; }
+    const std::vector<Tensor> &state2() const { return m2_; }
 
 private:
     OptimizerConfig cfg_;
