@@ -1,0 +1,223 @@
+#include "autoscheduler/plugin/tile_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace segtile::plugin {
+
+namespace {
+
+constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
+// Cost of storing a byte at root and loading it back, and of starting a
+// tile, in the units of cost_per_point (IR nodes evaluated).
+constexpr double kRootCostPerByte = 0.5;
+constexpr double kTileOverhead = 200;
+
+bool fusable_output(const FuncNode &n) {
+    return !n.func.has_update_definition() && !n.func.has_extern_definition() && n.func.dimensions() > 0;
+}
+
+double points(const Extents &e) {
+    double p = 1;
+    for (int64_t v : e) p *= static_cast<double>(v);
+    return p;
+}
+
+// Work of all tiles of a group relative to computing each of its Funcs once.
+struct GroupEstimate {
+    int64_t tile_bytes = 0;  // peak of members' allocations in one tile
+    double work = 0;         // all tiles
+    double ideal = 0;        // every Func computed once
+};
+
+std::optional<GroupEstimate> estimate_group(const PipelineGraph &graph, const Group &g, const Extents &tile) {
+    const FuncNode &out = graph.node(g.output);
+    GroupEstimate e;
+    double per_tile = points(tile) * out.cost_per_point;
+    e.ideal = points(out.full) * out.cost_per_point;
+    for (int m : g.members) {
+        std::optional<Extents> ext = graph.tile_extents(g.output, m, tile);
+        if (!ext) return std::nullopt;
+        per_tile += points(*ext) * graph.node(m).cost_per_point;
+        e.ideal += points(graph.node(m).full) * graph.node(m).cost_per_point;
+    }
+    std::optional<int64_t> bytes = group_tile_bytes(graph, g, tile);
+    if (!bytes) return std::nullopt;
+    e.tile_bytes = *bytes;
+    e.work = per_tile * static_cast<double>(tile_count(out, tile));
+    return e;
+}
+
+double group_time(const PipelineGraph &graph, const Group &g, const Extents &tile, const GroupEstimate &e,
+                  const SearchOptions &o) {
+    const FuncNode &out = graph.node(g.output);
+    const double threads = static_cast<double>(concurrent_tiles(out, tile, o.parallelism));
+    double time = (e.work + kTileOverhead * static_cast<double>(tile_count(out, tile))) / threads;
+    if (e.tile_bytes > o.cache_bytes) time *= 2;  // the tile's working set spills out of cache
+    return time;
+}
+
+struct Grouping {
+    Plan plan;
+    std::vector<int> group_of;
+};
+
+Grouping greedy_grouping(const PipelineGraph &graph, const SearchOptions &o, double max_recompute, int64_t max_tile_bytes) {
+    Grouping result;
+    std::vector<Group> groups;
+    std::vector<int> group_of(graph.size(), -1);
+    for (int i = graph.size() - 1; i >= 0; i--) {
+        const FuncNode &n = graph.node(i);
+        int join = -1;
+        if (!n.must_be_root && !n.consumers.empty()) {
+            const int g = group_of[n.consumers[0]];
+            const bool one_group = std::all_of(n.consumers.begin(), n.consumers.end(),
+                                               [&](int c) { return group_of[c] == g; });
+            if (one_group && fusable_output(graph.node(groups[g].output))) {
+                Group candidate = groups[g];
+                candidate.members.push_back(i);
+                for (const Extents &tile : tile_candidates(graph.node(candidate.output))) {
+                    std::optional<GroupEstimate> e = estimate_group(graph, candidate, tile);
+                    if (!e) break;  // unbounded region: not fusable at any tile
+                    const int64_t live = e->tile_bytes * concurrent_tiles(graph.node(candidate.output), tile, o.parallelism);
+                    if (live <= max_tile_bytes && e->work <= max_recompute * e->ideal) {
+                        join = g;
+                        break;
+                    }
+                }
+            }
+        }
+        if (join >= 0) {
+            groups[join].members.push_back(i);
+            group_of[i] = join;
+        } else {
+            group_of[i] = static_cast<int>(groups.size());
+            Group g;
+            g.output = i;
+            g.tile = n.full;
+            groups.push_back(g);
+        }
+    }
+    // Execution order is the realization order of the group outputs.
+    std::sort(groups.begin(), groups.end(), [](const Group &a, const Group &b) { return a.output < b.output; });
+    for (Group &g : groups) std::sort(g.members.begin(), g.members.end());
+    result.plan.groups = groups;
+    return result;
+}
+
+// Picks each group's fastest tile that fits the cap. Returns the plan's
+// cost, or nullopt if some group fits at no tile; `needed` gets the
+// smallest cap this grouping could fit.
+std::optional<double> choose_tiles(const PipelineGraph &graph, Plan &plan, const SearchOptions &o, int64_t cap,
+                                   int64_t &needed) {
+    const std::vector<int64_t> live = live_root_bytes(graph, plan);
+    bool feasible = true;
+    double cost = 0;
+    needed = 0;
+    for (size_t s = 0; s < plan.groups.size(); s++) {
+        Group &g = plan.groups[s];
+        const FuncNode &out = graph.node(g.output);
+        cost += kRootCostPerByte * static_cast<double>(root_bytes(graph, g.output));
+        if (!fusable_output(out)) {
+            // Tile-less root Funcs (reductions, externs, scalars).
+            cost += points(out.full) * out.cost_per_point;
+            needed = std::max(needed, live[s]);
+            if (live[s] > cap) feasible = false;
+            continue;
+        }
+        double best = std::numeric_limits<double>::infinity();
+        int64_t least = kUnlimited;
+        for (const Extents &tile : tile_candidates(out)) {
+            std::optional<GroupEstimate> e = estimate_group(graph, g, tile);
+            if (!e) continue;
+            const int64_t total = live[s] + e->tile_bytes * concurrent_tiles(out, tile, o.parallelism);
+            least = std::min(least, total);
+            if (total > cap) continue;
+            const double t = group_time(graph, g, tile, *e, o);
+            if (t < best) {
+                best = t;
+                g.tile = tile;
+            }
+        }
+        needed = std::max(needed, least);
+        if (best == std::numeric_limits<double>::infinity()) feasible = false;
+        else cost += best;
+    }
+    if (!feasible) return std::nullopt;
+    return cost;
+}
+
+}  // namespace
+
+std::vector<Extents> tile_candidates(const FuncNode &output) {
+    const Extents &full = output.full;
+    if (full.empty() || !fusable_output(output)) return {full};
+    auto sizes = [](int64_t extent) {
+        std::vector<int64_t> s;
+        for (int64_t p = 1; p < extent; p *= 2) s.push_back(p);
+        s.push_back(extent);
+        return s;
+    };
+    std::vector<Extents> result;
+    const std::vector<int64_t> xs = sizes(full[0]);
+    const std::vector<int64_t> ys = full.size() > 1 ? sizes(full[1]) : std::vector<int64_t>{0};
+    for (int64_t x : xs) {
+        for (int64_t y : ys) {
+            Extents tile = full;
+            tile[0] = x;
+            if (full.size() > 1) {
+                // Squarish tiles, or whole rows / columns.
+                const double ratio = std::abs(std::log2(static_cast<double>(x)) - std::log2(static_cast<double>(y)));
+                if (ratio > 2 && x != full[0] && y != full[1]) continue;
+                tile[1] = y;
+            }
+            result.push_back(tile);
+        }
+    }
+    return result;
+}
+
+SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
+    const int64_t cap = o.memory_cap.value_or(kUnlimited);
+    const double recompute_bounds[] = {1.0, 1.1, 1.25, 1.5, 2, 3, 5, 10, 1e30};
+    std::vector<int64_t> tile_bounds = {kUnlimited};
+    for (int64_t b = int64_t(1) << 34; b >= 1024; b /= 4) tile_bounds.push_back(b);
+
+    std::optional<SearchResult> best;
+    int64_t smallest_cap = kUnlimited;
+    std::set<std::vector<int>> seen;  // groupings already costed, by group of each Func
+    for (double r : recompute_bounds) {
+        for (int64_t s : tile_bounds) {
+            Grouping grouping = greedy_grouping(graph, o, r, s);
+            std::vector<int> key(graph.size());
+            for (size_t g = 0; g < grouping.plan.groups.size(); g++) {
+                key[grouping.plan.groups[g].output] = static_cast<int>(g);
+                for (int m : grouping.plan.groups[g].members) key[m] = static_cast<int>(g);
+            }
+            if (!seen.insert(key).second) continue;
+            int64_t needed = 0;
+            std::optional<double> cost = choose_tiles(graph, grouping.plan, o, cap, needed);
+            smallest_cap = std::min(smallest_cap, needed);
+            if (cost && (!best || *cost < best->cost)) {
+                SearchResult r;
+                r.plan = grouping.plan;
+                r.cost = *cost;
+                r.memory = predict_memory(graph, r.plan, o.parallelism);
+                best = r;
+            }
+        }
+    }
+    if (!best) {
+        std::ostringstream msg;
+        msg << "Segtile: no schedule fits memory_cap=" << cap << " bytes; the smallest feasible memory_cap for this "
+            << "pipeline at its estimates and parallelism=" << o.parallelism << " is " << smallest_cap
+            << " bytes. Raise autoscheduler.memory_cap to at least that, lower parallelism, or shrink the estimates.";
+        throw Halide::CompileError(msg.str());
+    }
+    return *best;
+}
+
+}  // namespace segtile::plugin
