@@ -55,6 +55,19 @@ void add_scaled(Tensor &dst, Tensor &src, double scale) {
     else add_scaled<float>(dst, src, scale);
 }
 
+// After a call of a device (CUDA) kernel: Halide copied each input view to
+// the device and left each output there; copy the outputs back into the
+// host tensors they view and free the call's device buffers, so the device
+// holds one tile's buffers at a time.
+void sync_to_host(std::deque<Buffer> &views) {
+    for (auto &b : views) {
+        if (!b.has_device_allocation()) continue;
+        if (b.device_dirty() && b.copy_to_host() != 0)
+            throw std::runtime_error("copying a kernel's output from the device failed");
+        b.device_free();
+    }
+}
+
 // Image n of a batch as a (W, H, C, 1) buffer with n at 0, as kernels expect.
 Buffer batch_item(const Buffer &b, int n) {
     Buffer v = b.sliced(b.dimensions() - 1, n);
@@ -107,34 +120,6 @@ int64_t SegmentedExecutor::checkpoint_bytes() const {
     return b;
 }
 
-TileRegions SegmentedExecutor::tile_regions(int s) const {
-    const SegmentSpec &seg = layout_.segments.at(s);
-    const TensorShape &p = shapes_.at(seg.outputs.back());
-    TileRegions r;
-    auto axis = [&](int64_t extent, int64_t tile, std::vector<std::vector<std::pair<int64_t, int64_t>>> &out,
-                    bool is_x) {
-        tile = tile > 0 ? std::min(tile, extent) : extent;
-        const int64_t count = (extent + tile - 1) / tile;
-        for (int o : seg.outputs) {
-            const int64_t e = is_x ? shapes_[o].width : shapes_[o].height;
-            std::vector<std::pair<int64_t, int64_t>> spans;
-            for (int64_t k = 0; k < count; k++) {
-                const int64_t lo = std::min(k * tile, extent) * e / extent;
-                const int64_t hi = (k + 1 == count ? extent : std::min((k + 1) * tile, extent)) * e / extent - 1;
-                if (hi < lo)
-                    throw std::invalid_argument("tiles of " + std::to_string(tile) + " px on '" +
-                                                model_.layers[seg.last].name + "' are finer than output '" +
-                                                model_.layers[o].name + "' of the same segment; use larger tiles");
-                spans.push_back({lo, hi});
-            }
-            out.push_back(spans);
-        }
-    };
-    axis(p.width, tiles_[s].width, r.x, true);
-    axis(p.height, tiles_[s].height, r.y, false);
-    return r;
-}
-
 // Weight-gradient partials of the parameters of layers first..last, reused
 // by every tile of one kernel; allocated per kernel so only one segment's
 // worth is alive at a time.
@@ -154,21 +139,13 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     Kernel &kernel = backward ? *kernels_.backward[s] : *kernels_.forward[s];
     const int L = (int)model_.layers.size();
     const TileRegions regions = tile_regions(s);
-    std::vector<Box<int64_t>> full(L + 1);
-    for (int t = 0; t <= L; t++) {
-        const int64_t w = t == L ? width_ : shapes_[t].width, h = t == L ? height_ : shapes_[t].height;
-        full[t] = {{0, w - 1}, {0, h - 1}};
-    }
+    const std::vector<Box<int64_t>> full = whole_boxes(model_, shapes_, width_, height_);
     const auto specs = params.specs();
     for (size_t ty = 0; ty < regions.y[0].size(); ty++) {
         for (size_t tx = 0; tx < regions.x[0].size(); tx++) {
-            std::vector<std::pair<int, Box<int64_t>>> targets;
-            for (size_t k = 0; k < seg.outputs.size(); k++)
-                targets.push_back({seg.outputs[k],
-                                   {{regions.x[k][tx].first, regions.x[k][tx].second},
-                                    {regions.y[k][ty].first, regions.y[k][ty].second}}});
-            // The windows this tile reads: the same formula the kernel clips with.
-            const auto need = required_boxes<int64_t, IntOps>(model_, seg.first, seg.last, targets, full);
+            const TileWindows win = tile_windows(model_, seg, regions, tx, ty, full);
+            const auto &targets = win.targets;
+            const auto &need = win.need;
             std::deque<Buffer> views;  // stable addresses for the call
             std::vector<std::pair<int, Tensor>> grad_windows;
             grad_windows.reserve(seg.inputs.size());
@@ -209,14 +186,23 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
             }
             for (size_t p = 0; p < specs.size(); p++) {
                 if (specs[p].layer < seg.first || specs[p].layer > seg.last) continue;
-                views.push_back(params.values[p].view());
-                args.buffer(c_identifier(specs[p].name), views.back().raw_buffer());
+                if (device_) {
+                    // One view per parameter for the whole segment: Halide copies
+                    // it to the device at the first tile and reuses it after.
+                    if (device_params_.size() != specs.size()) device_params_.assign(specs.size(), Buffer());
+                    if (!device_params_[p].data()) device_params_[p] = params.values[p].view();
+                    args.buffer(c_identifier(specs[p].name), device_params_[p].raw_buffer());
+                } else {
+                    views.push_back(params.values[p].view());
+                    args.buffer(c_identifier(specs[p].name), views.back().raw_buffer());
+                }
                 if (backward && specs[p].trainable) {
                     views.push_back(partials[p].view());
                     args.buffer("grad_" + c_identifier(specs[p].name), views.back().raw_buffer());
                 }
             }
             kernel.call(args.build(kernel.signature()));
+            if (device_) sync_to_host(views);
             tiles_run_++;
             if (!backward) continue;
             for (auto &[t, g] : grad_windows) add_window(grads_[t], g, need[t]->x.lo, need[t]->y.lo);
@@ -225,6 +211,7 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
                     add_scaled(params.grads[p], partials[p], 1.0);
         }
     }
+    device_params_.clear();  // frees their device copies
 }
 
 void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &params, Tensor *predictions, int n,
@@ -265,6 +252,7 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
         }
     }
     kernel.call(args.build(kernel.signature()));
+    if (device_) sync_to_host(views);
     loss = type_ == halide_type_of<double>() ? loss_storage : (double)*reinterpret_cast<float *>(&loss_storage);
     for (size_t p = 0; p < specs.size(); p++)
         if (specs[p].layer >= layout_.head_first && specs[p].layer <= model_.loss.input_id && specs[p].trainable)

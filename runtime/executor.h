@@ -17,24 +17,13 @@
 #include "runtime/parameters.h"
 #include "runtime/tensor.h"
 #include "spec/segments.h"
+#include "spec/tiling.h"
 
 namespace segtile {
 
 struct ModelKernels {
     std::vector<std::unique_ptr<Kernel>> forward, backward;  // per segment
     std::unique_ptr<Kernel> head;
-};
-
-struct TileSize {
-    int64_t width = 0, height = 0;  // of a segment's primary output; 0: the whole extent
-};
-
-// A segment's tiles: for each tile, the region of each output tensor
-// (outputs in SegmentSpec order). Tiles follow the primary output's grid;
-// other outputs are partitioned in proportion, so every output pixel
-// belongs to exactly one tile.
-struct TileRegions {
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> x, y;  // [output][tile index along axis] inclusive
 };
 
 class SegmentedExecutor {
@@ -53,10 +42,15 @@ public:
     // Forward of the trunk for image n: fills every checkpoint.
     void forward(const Tensor &images, int n, ParamStore &params);
 
+    // The kernels run on a GPU (CUDA libraries, segtile_add_model(... TARGET
+    // cuda)): after each call its outputs are copied back to the host and
+    // its device buffers freed; parameters stay on the device per segment.
+    void set_device(bool on) { device_ = on; }
+
     const Tensor &checkpoint(int tensor) const { return values_.at(tensor); }
     int64_t checkpoint_bytes() const;  // values and gradients (the store)
     const SegmentLayout &layout() const { return layout_; }
-    TileRegions tile_regions(int segment) const;
+    TileRegions tile_regions(int segment) const { return segtile::tile_regions(model_, layout_.segments.at(segment), shapes_, tiles_.at(segment)); }
     int64_t tiles_run() const { return tiles_run_; }
 
 private:
@@ -79,6 +73,8 @@ private:
     std::vector<Tensor> values_, grads_;  // per tensor; defined for checkpoints (the image's value is a view)
     Halide::Runtime::Buffer<> image_;     // the current image, (W, H, C, 1)
     int64_t tiles_run_ = 0;
+    bool device_ = false;
+    std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
 };
 
 }  // namespace segtile

@@ -1,0 +1,229 @@
+#include "autoscheduler/lowered_memory.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+
+namespace segtile {
+
+namespace {
+
+using namespace Halide::Internal;
+using Halide::Expr;
+
+// Halide puts constant-size allocations up to this size on the stack
+// (CodeGen_Posix; runtime/pseudostack.cpp's heap_threshold): not heap.
+constexpr int64_t kStackBytes = 16 * 1024;
+
+// Output buffers may be named after a uniquified Func ("grad_b$1.extent.0"):
+// the argument's name is the part before "$".
+std::string without_suffix(const std::string &name) {
+    const size_t dollar = name.find('$');
+    if (dollar == std::string::npos) return name;
+    const size_t dot = name.find('.', dollar);
+    return name.substr(0, dollar) + (dot == std::string::npos ? "" : name.substr(dot));
+}
+
+// Replaces buffer-shape intrinsics (_halide_buffer_get_min(b.buffer, d), ...)
+// by the call's values.
+// and variables with known values by constants of their own type.
+class BindBuffers : public IRMutator {
+public:
+    BindBuffers(const KernelCall &c, const std::map<std::string, int64_t> &values) : call_(c), values_(values) {}
+
+private:
+    using IRMutator::visit;
+    const KernelCall &call_;
+    const std::map<std::string, int64_t> &values_;
+
+    Expr visit(const Variable *op) override {
+        auto it = values_.find(op->name);
+        if (it == values_.end()) it = values_.find(without_suffix(op->name));
+        return it == values_.end() ? Expr(op) : make_const(op->type, it->second);
+    }
+
+    Expr visit(const Call *op) override {
+        if (op->name.rfind("_halide_buffer_get_", 0) != 0 || op->args.empty()) return IRMutator::visit(op);
+        const auto *v = op->args[0].as<Variable>();
+        if (!v) return IRMutator::visit(op);
+        std::string name = v->name;
+        if (name.size() > 7 && name.compare(name.size() - 7, 7, ".buffer") == 0) name.resize(name.size() - 7);
+        auto it = call_.buffers.find(without_suffix(name));
+        if (it == call_.buffers.end()) return IRMutator::visit(op);
+        const auto &dims = it->second;
+        const std::string what = op->name.substr(19);
+        if (what == "dimensions") return Halide::Internal::make_const(op->type, (int64_t)dims.size());
+        if (op->args.size() < 2) return IRMutator::visit(op);
+        const auto d = as_const_int(op->args[1]);
+        if (!d || *d < 0 || *d >= (int64_t)dims.size()) return IRMutator::visit(op);
+        if (what == "min") return make_const(op->type, dims[*d].first);
+        if (what == "extent") return make_const(op->type, dims[*d].second);
+        if (what == "max") return make_const(op->type, dims[*d].first + dims[*d].second - 1);
+        if (what == "stride") {  // dense, x innermost
+            int64_t s = 1;
+            for (int64_t k = 0; k < *d; k++) s *= dims[k].second;
+            return make_const(op->type, s);
+        }
+        return IRMutator::visit(op);
+    }
+};
+
+// Walks the lowered body in program order, tracking live heap bytes.
+class PeakWalker : public IRVisitor {
+public:
+    explicit PeakWalker(const KernelCall &c) : call_(c), bind_(c, env_) {
+        for (const auto &[name, value] : c.scalars) env_[name] = value;
+        for (const auto &[name, dims] : c.buffers)
+            for (size_t d = 0; d < dims.size(); d++) {
+                const std::string p = name + ".";
+                env_[p + "min." + std::to_string(d)] = dims[d].first;
+                env_[p + "extent." + std::to_string(d)] = dims[d].second;
+            }
+    }
+    int64_t peak = 0, live = 0;
+    int unknown = 0;
+
+private:
+    using IRVisitor::visit;
+    const KernelCall &call_;
+    std::map<std::string, int64_t> env_;  // names with known values (declared before bind_, which reads it)
+    BindBuffers bind_;
+    std::map<std::string, int64_t> sizes_;  // live heap allocations
+
+    std::optional<int64_t> eval(const Expr &e) {
+        Expr v = simplify(bind_.mutate(e));
+        if (auto i = as_const_int(v)) return *i;
+        if (auto u = as_const_uint(v)) return (int64_t)*u;
+        return std::nullopt;
+    }
+
+    template <typename LetOrStmt>
+    void scoped(const std::string &name, const Expr &value, const LetOrStmt &body) {
+        auto saved = env_.find(name) == env_.end() ? std::optional<int64_t>() : std::optional<int64_t>(env_[name]);
+        if (auto v = eval(value)) env_[name] = *v;
+        else {
+            env_.erase(name);
+            if (std::getenv("SEGTILE_LOWERED_DEBUG") && name.find("extent_realized") != std::string::npos)
+                std::cerr << "lowered_memory: let " << name << " = " << simplify(bind_.mutate(value)) << "\n";
+        }
+        body.accept(this);
+        if (saved) env_[name] = *saved;
+        else env_.erase(name);
+    }
+
+    void visit(const LetStmt *op) override { scoped(op->name, op->value, op->body); }
+
+    void visit(const For *op) override {
+        op->min.accept(this);
+        op->extent.accept(this);
+        const auto extent = eval(op->extent);
+        if (extent && *extent <= 0) return;  // the body never runs
+        // Tasks of a parallel loop run at once, one per worker: their
+        // allocations are live together.
+        int64_t copies = 1;
+        if (op->is_parallel()) copies = std::min<int64_t>(call_.threads, extent ? *extent : call_.threads);
+        const int64_t saved_peak = peak, before = live;
+        peak = live;
+        scoped(op->name, op->min, op->body);
+        const int64_t inc = peak - before;
+        peak = std::max(saved_peak, before + copies * inc);
+    }
+
+    void visit(const IfThenElse *op) override {
+        // Either branch may run: the larger peak counts.
+        const int64_t saved_peak = peak, before = live;
+        peak = live;
+        op->then_case.accept(this);
+        int64_t p = peak;
+        live = before;
+        if (op->else_case.defined()) {
+            peak = live;
+            op->else_case.accept(this);
+            p = std::max(p, peak);
+        }
+        live = before;
+        peak = std::max(saved_peak, p);
+    }
+
+    void visit(const Allocate *op) override {
+        int64_t bytes = op->type.bytes();
+        bool known = true;
+        for (const auto &e : op->extents) {
+            auto v = eval(e);
+            if (!v) known = false;
+            else bytes *= std::max<int64_t>(*v, 0);
+        }
+        const bool constant = op->constant_allocation_size() > 0;
+        const bool heap = !op->new_expr.defined() && op->memory_type != Halide::MemoryType::Stack &&
+                          op->memory_type != Halide::MemoryType::Register &&
+                          !(constant && bytes <= kStackBytes);
+        if (heap && !known) {
+            unknown++;
+            if (std::getenv("SEGTILE_LOWERED_DEBUG"))
+                for (const auto &e : op->extents)
+                    std::cerr << "lowered_memory: unknown extent of " << op->name << ": " << simplify(bind_.mutate(e)) << "\n";
+        }
+        if (heap && known) {
+            sizes_[op->name] = bytes;
+            live += bytes;
+            peak = std::max(peak, live);
+        }
+        op->body.accept(this);
+        auto it = sizes_.find(op->name);
+        if (it != sizes_.end()) {
+            live -= it->second;
+            sizes_.erase(it);
+        }
+    }
+
+    void visit(const Free *op) override {
+        auto it = sizes_.find(op->name);
+        if (it == sizes_.end()) return;
+        live -= it->second;
+        sizes_.erase(it);
+    }
+};
+
+class CountHeap : public IRVisitor {
+public:
+    int count = 0;
+
+private:
+    using IRVisitor::visit;
+    void visit(const Allocate *op) override {
+        const int64_t c = op->constant_allocation_size();
+        const bool small = c > 0 && c * op->type.bytes() <= kStackBytes;
+        if (!op->new_expr.defined() && op->memory_type != Halide::MemoryType::Stack &&
+            op->memory_type != Halide::MemoryType::Register && !small)
+            count++;
+        IRVisitor::visit(op);
+    }
+};
+
+}  // namespace
+
+LoweredMemory::LoweredMemory(const std::vector<Halide::Func> &outputs, const std::vector<Halide::Argument> &args,
+                             const Halide::Target &target) {
+    Halide::Module mod = [&] {
+        try {
+            return Halide::Pipeline(outputs).compile_to_module(args, "lowered_memory", target);
+        } catch (const Halide::Error &e) {
+            throw std::runtime_error(std::string("Halide: ") + e.what());
+        }
+    }();
+    for (const auto &f : mod.functions())
+        if (f.name == "lowered_memory") body_ = f.body;
+    if (!body_.defined()) throw std::runtime_error("LoweredMemory: no body for the pipeline");
+    CountHeap c;
+    body_.accept(&c);
+    heap_allocations_ = c.count;
+}
+
+int64_t LoweredMemory::peak(const KernelCall &call, int *unknown) const {
+    PeakWalker w(call);
+    body_.accept(&w);
+    if (unknown) *unknown = w.unknown;
+    return w.peak;
+}
+
+}  // namespace segtile

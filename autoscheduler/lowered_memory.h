@@ -1,0 +1,39 @@
+// LoweredMemory: the heap memory a scheduled pipeline allocates, read off its
+// lowered code. Every Halide allocation is an Allocate node whose size is an
+// expression of the pipeline's scalar arguments and buffer shapes, so once
+// the pipeline is lowered (seconds) the peak for any tile size is an
+// evaluation (microseconds): the planner's memory model for the kernels'
+// own allocations is exact, not a fitted guess.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "Halide.h"
+#include "spec/kernel_call.h"
+
+namespace segtile {
+
+class LoweredMemory {
+public:
+    // Lowers `outputs` (already scheduled) for `target`.
+    LoweredMemory(const std::vector<Halide::Func> &outputs, const std::vector<Halide::Argument> &args,
+                  const Halide::Target &target);
+
+    // Peak of simultaneously live heap allocations (halide_malloc) of one
+    // call, in bytes. Allocations whose size cannot be evaluated from the
+    // call's values count as `unknown` (reported, never silently zero).
+    int64_t peak(const KernelCall &call, int *unknown = nullptr) const;
+
+    // Number of Allocate nodes that go to the heap (for tests and reports).
+    int heap_allocations() const { return heap_allocations_; }
+
+private:
+    Halide::Internal::Stmt body_;
+    int heap_allocations_ = 0;
+};
+
+}  // namespace segtile
