@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "io/atomic_file.h"
 

@@ -24,7 +24,7 @@ protected:
             testing::write_test_png(dir.file("img" + std::to_string(i) + ".png"), 12, 10, 3,
                                     [i](int x, int y, int c) { return (x + y + c + 40 * i) % 256; });
             testing::write_test_png(dir.file("mask" + std::to_string(i) + ".png"), 12, 10, 1,
-                                    [i](int x, int y, int) { return (x / 4 + i) % 3; });
+                                    [i](int x, int, int) { return (x / 4 + i) % 3; });
         }
     }
     DatasetOptions classify(int classes = 3) const {

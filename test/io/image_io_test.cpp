@@ -49,7 +49,9 @@ void expect_pixels(const Tensor &t, int ch, const testing::PixelFn &v, float tol
             for (int64_t x = 0; x < t.dims()[0]; x++) {
                 const float want = (float)v((int)(x0 + x), (int)(y0 + y), (int)c) / 255.0f;
                 worst = std::max(worst, std::abs(at(t, x, y, c) - want));
-                if (tol == 0) ASSERT_EQ(at(t, x, y, c), want) << "pixel (" << x << ", " << y << ", " << c << ")";
+                if (tol == 0) {
+                    ASSERT_EQ(at(t, x, y, c), want) << "pixel (" << x << ", " << y << ", " << c << ")";
+                }
             }
     EXPECT_LE(worst, tol);
 }

@@ -306,11 +306,11 @@ print("ok")
                 for (int64_t kx = 0; kx < d[0]; kx++)
                     ASSERT_EQ(conv.data()[((co * d[2] + ci) * d[1] + ky) * d[0] + kx],
                               (float)(kx + 10 * ky + 100 * ci + 1000 * co));
-    for (size_t i = 0; i < p.specs().size(); i++) {
-        if (p.specs()[i].name == "classifier.weight") EXPECT_EQ(p.values[i].data()[1 * 4 + 2], 12.0f);  // (in 2, out 1)
-        if (p.specs()[i].name == "classifier.bias") EXPECT_EQ(p.values[i].data()[2], 3.0f);
-        if (p.specs()[i].name == "features.1.running_mean") EXPECT_EQ(p.values[i].data()[0], 0.5f);
-    }
+    std::map<std::string, const float *> by_name;
+    for (size_t i = 0; i < p.specs().size(); i++) by_name[p.specs()[i].name] = p.values[i].data();
+    EXPECT_EQ(by_name.at("classifier.weight")[1 * 4 + 2], 12.0f);  // (in 2, out 1)
+    EXPECT_EQ(by_name.at("classifier.bias")[2], 3.0f);
+    EXPECT_EQ(by_name.at("features.1.running_mean")[0], 0.5f);
 }
 
 }  // namespace
