@@ -25,18 +25,16 @@ void jit_error(Halide::JITUserContext *uc, const char *msg) { static_cast<JitKer
 JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
                      MemoryLedger *ledger, const std::set<std::string> &only, Schedule schedule,
                      const PeerSchedule &peer) {
-    const bool estimate = schedule == Schedule::Peer;  // autoschedulers need sizes
     KernelPipeline kp = kernel_pipeline(m, layout, kind, segment, t, only);
     sig_ = kp.signature;
     const std::vector<Halide::Func> &out_funcs = kp.outputs;
     const std::vector<Halide::Argument> &args = kp.args;
     try {
-        Halide::Pipeline pipeline(out_funcs);
-        const Halide::Target target = Halide::get_jit_target_from_environment();
-        if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, target);
-        else if (schedule == Schedule::Peer) apply_peer_schedule(pipeline, peer, target);
+        if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, Halide::get_jit_target_from_environment());
+        else if (schedule == Schedule::Peer)
+            apply_peer_schedule(m, sig_, out_funcs, peer, Halide::get_jit_target_from_environment());
         else schedule_reference(out_funcs);
-        callable_ = pipeline.compile_to_callable(args, target);
+        callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args);
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());
     }

@@ -6,21 +6,23 @@
 #include <set>
 
 #include "Halide.h"
+#include "generators/peer_schedule.h"
 #include "runtime/kernel.h"
 
 namespace segtile {
 
 // Which schedule a JIT kernel gets: the CPU schedule (fast to run, slow to
 // compile for deep models) or the reference one (every Func at root: fast to
-// compile; what the correctness tests of large models use).
-enum class Schedule { Cpu, Reference };
+// compile; what the correctness tests of large models use), or one of
+// Halide's autoschedulers, named in a PeerSchedule (benchmarks' baselines).
+enum class Schedule { Cpu, Reference, Peer };
 
 class JitKernel : public Kernel {
 public:
     // `only` restricts the outputs (e.g. {"loss"} for a forward-only head).
     JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
               MemoryLedger *ledger = nullptr, const std::set<std::string> &only = {},
-              Schedule schedule = Schedule::Cpu);
+              Schedule schedule = Schedule::Cpu, const PeerSchedule &peer = {});
     const std::vector<KernelArg> &signature() const override { return sig_; }
     void call(const std::vector<void *> &args) override;
 

@@ -1,0 +1,63 @@
+#include "bench/step_run.h"
+
+#include <chrono>
+#include <random>
+
+#include "runtime/parameters.h"
+#include "runtime/step_kernel.h"
+#include "spec/cost.h"
+
+namespace segtile::bench {
+
+void run_training_step(const StepConfig &c, double peak_gflops, IsolatedResult &r) {
+    using clock = std::chrono::steady_clock;
+    const Model m = load_model(c.model);
+    MemoryLedger ledger;
+    PeerSchedule peer = c.peer;
+    peer.width = peer.height = c.size;
+    const auto t0 = clock::now();
+    KernelStep step(m, std::make_unique<JitKernel>(m, untiled_layout(m), KernelKind::Head, 0, Halide::Float(32),
+                                                   &ledger, std::set<std::string>{}, c.schedule, peer));
+    r.counters["compile_seconds"] = std::chrono::duration<double>(clock::now() - t0).count();
+
+    const TensorShape ps = m.shapes(c.size, c.size)[m.loss.input_id];
+    Tensor image({c.size, c.size, m.input_channels, 1}, &ledger), grad_image({c.size, c.size, m.input_channels, 1}, &ledger);
+    Tensor pred({ps.width, ps.height, ps.channels, 1}, &ledger);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < image.numel(); i++) image.data()[i] = nd(rng);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    Tensor target;
+    if (m.loss.kind != LossKind::SoftmaxCrossEntropy) {
+        target = Tensor({ps.width, ps.height, ps.channels, 1}, &ledger);
+        for (int64_t i = 0; i < target.numel(); i++) target.data()[i] = nd(rng);
+    }
+    Halide::Runtime::Buffer<> target_view = target.defined() ? target.view() : Halide::Runtime::Buffer<>();
+    halide_buffer_t *lt = target.defined() ? target_view.raw_buffer() : labels.raw_buffer();
+    ParamStore params(m, &ledger);
+    params.init_pytorch_default(0);
+    ledger.reset_peaks();
+
+    double best = 1e300, total = 0;
+    int steps = 0;
+    while (steps < 1 || (total < c.min_seconds && steps < c.max_steps)) {
+        const auto s0 = clock::now();
+        step.run(image, lt, params, pred, grad_image);
+        const double dt = std::chrono::duration<double>(clock::now() - s0).count();
+        best = std::min(best, dt);
+        total += dt;
+        steps++;
+    }
+    const double flops = training_step_flops(m, c.size, c.size);
+    r.counters["seconds_per_step"] = best;
+    r.counters["seconds_per_step_mean"] = total / steps;
+    r.counters["steps"] = steps;
+    r.counters["step_gflop"] = flops * 1e-9;
+    r.counters["gflops"] = flops / best * 1e-9;
+    r.counters["fraction_of_peak"] = flops / best * 1e-9 / peak_gflops;
+    r.counters["peak_working_bytes"] = (double)ledger.peak(MemoryLedger::Kind::Working);
+    r.counters["high_water_mark_bytes"] = (double)process_high_water_mark();
+}
+
+}  // namespace segtile::bench
