@@ -1,5 +1,7 @@
 #include "autoscheduler/plugin/apply_plan.h"
 
+#include <cctype>
+#include <set>
 #include <sstream>
 
 namespace segtile::plugin {
@@ -8,36 +10,67 @@ using namespace Halide;
 
 namespace {
 
+// The schedule as C++ for the generator's schedule header: Funcs fetched by
+// Pipeline::get_func, Vars by name, Halide's names made into identifiers.
+class ScheduleSource {
+public:
+    std::string func(const FuncNode &n) {
+        const std::string id = identifier(n.func.name());
+        if (funcs_.insert(id).second) {
+            declarations_ << "Func " << id << " = pipeline.get_func(" << n.pipeline_index << ");\n";
+        }
+        return id;
+    }
+    std::string var(const std::string &name) {
+        const std::string id = identifier(name);
+        if (vars_.insert(id).second) declarations_ << "Var " << id << "(\"" << name << "\");\n";
+        return id;
+    }
+    std::ostringstream body;
+    std::string str() const { return declarations_.str() + body.str(); }
+
+private:
+    static std::string identifier(const std::string &name) {
+        std::string id;
+        for (char c : name) id += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+        if (id.empty() || std::isdigit(static_cast<unsigned char>(id[0]))) id = "_" + id;
+        return id;
+    }
+    std::set<std::string> funcs_, vars_;
+    std::ostringstream declarations_;
+};
+
 // Root Funcs that are not tiled: reductions (parallel over an outer pure
 // dimension of each definition: always race-free in Halide), externs and
 // scalars.
-void schedule_untiled_root(const FuncNode &n, std::ostream &src) {
+void schedule_untiled_root(const FuncNode &n, ScheduleSource &src) {
     Func f(n.func);
+    const std::string fid = src.func(n);
     f.compute_root();
-    src << f.name() << ".compute_root()";
+    src.body << fid << ".compute_root()";
     const int dims = f.dimensions();
     if (dims == 0 || n.func.has_extern_definition()) {
-        src << ";\n";
+        src.body << ";\n";
         return;
     }
     const std::vector<Var> args = f.args();
     if (n.full[0] >= n.vector_width && n.vector_width > 1) {
         f.vectorize(args[0], n.vector_width, TailStrategy::ShiftInwards);
-        src << ".vectorize(" << args[0].name() << ", " << n.vector_width << ", TailStrategy::ShiftInwards)";
+        src.body << ".vectorize(" << src.var(args[0].name()) << ", " << n.vector_width << ", TailStrategy::ShiftInwards)";
     }
     if (dims > 1 && n.full[dims - 1] > 1) {
         f.parallel(args[dims - 1]);
-        src << ".parallel(" << args[dims - 1].name() << ")";
+        src.body << ".parallel(" << src.var(args[dims - 1].name()) << ")";
     }
-    src << ";\n";
-    for (int u = 0; u < n.func.updates().size(); u++) {
+    src.body << ";\n";
+    for (int u = 0; u < static_cast<int>(n.func.updates().size()); u++) {
         const std::vector<Expr> &update_args = n.func.update(u).args();
         bool scheduled = false;
         for (int d = static_cast<int>(update_args.size()) - 1; d >= 0 && !scheduled; d--) {
             const Internal::Variable *v = update_args[d].as<Internal::Variable>();
             if (v && v->name == args[d].name() && n.full[d] > 1) {
                 f.update(u).parallel(args[d]);
-                src << f.name() << ".update(" << u << ").parallel(" << args[d].name() << ");\n";
+                src.body << fid << ".update(" << u << ").parallel(" << src.var(args[d].name()) << ");\n";
                 scheduled = true;
             }
         }
@@ -45,24 +78,27 @@ void schedule_untiled_root(const FuncNode &n, std::ostream &src) {
             // A serial reduction (no pure dimension to parallelise): say so,
             // or Halide warns that it was forgotten.
             f.update(u).unscheduled();
-            src << f.name() << ".update(" << u << ").unscheduled();\n";
+            src.body << fid << ".update(" << u << ").unscheduled();\n";
         }
     }
 }
 
-void schedule_group(const PipelineGraph &graph, const Group &g, std::ostream &src) {
+// A group output tiled in its first two dimensions (the rest inside each
+// tile), tiles fused into one parallel loop, members computed per tile.
+void schedule_group(const PipelineGraph &graph, const Group &g, ScheduleSource &src) {
     const FuncNode &n = graph.node(g.output);
     Func f(n.func);
+    const std::string fid = src.func(n);
     f.compute_root();
-    src << f.name() << ".compute_root()";
+    src.body << fid << ".compute_root()";
     const std::vector<Var> args = f.args();
     std::vector<VarOrRVar> inner, outer;
     for (size_t d = 0; d < args.size(); d++) {
         if (g.tile[d] < n.full[d]) {
             Var o(args[d].name() + "_tile"), i(args[d].name() + "_in");
             f.split(args[d], o, i, static_cast<int>(g.tile[d]), TailStrategy::ShiftInwards);
-            src << ".split(" << args[d].name() << ", " << o.name() << ", " << i.name() << ", " << g.tile[d]
-                << ", TailStrategy::ShiftInwards)";
+            src.body << ".split(" << src.var(args[d].name()) << ", " << src.var(o.name()) << ", " << src.var(i.name())
+                     << ", " << g.tile[d] << ", TailStrategy::ShiftInwards)";
             inner.emplace_back(i);
             outer.emplace_back(o);
         } else {
@@ -73,56 +109,59 @@ void schedule_group(const PipelineGraph &graph, const Group &g, std::ostream &sr
     order.insert(order.end(), outer.begin(), outer.end());
     if (!outer.empty() && order.size() > 1) {
         f.reorder(order);
-        src << ".reorder(";
-        for (size_t i = 0; i < order.size(); i++) src << (i ? ", " : "") << order[i].name();
-        src << ")";
+        src.body << ".reorder(";
+        for (size_t i = 0; i < order.size(); i++) src.body << (i ? ", " : "") << src.var(order[i].name());
+        src.body << ")";
     }
     LoopLevel tile_level = LoopLevel(f, Var::outermost());
     std::string tile_level_src = "Var::outermost()";
     if (!outer.empty()) {
         Var tiles = outer[0].var;
         for (size_t i = 1; i < outer.size(); i++) {
-            Var fused(f.name() + "_tiles" + std::to_string(i));
+            Var fused(n.func.name() + "_tiles" + std::to_string(i));
             f.fuse(tiles, outer[i].var, fused);
-            src << ".fuse(" << tiles.name() << ", " << outer[i].name() << ", " << fused.name() << ")";
+            src.body << ".fuse(" << src.var(tiles.name()) << ", " << src.var(outer[i].name()) << ", "
+                     << src.var(fused.name()) << ")";
             tiles = fused;
         }
         f.parallel(tiles);
-        src << ".parallel(" << tiles.name() << ")";
+        src.body << ".parallel(" << src.var(tiles.name()) << ")";
         tile_level = LoopLevel(f, tiles);
-        tile_level_src = tiles.name();
+        tile_level_src = src.var(tiles.name());
     } else if (args.size() > 1 && n.full.back() > 1) {
         f.parallel(args.back());
-        src << ".parallel(" << args.back().name() << ")";
+        src.body << ".parallel(" << src.var(args.back().name()) << ")";
     }
     if (g.tile[0] >= n.vector_width && n.vector_width > 1) {
         f.vectorize(inner[0].var, n.vector_width, TailStrategy::ShiftInwards);
-        src << ".vectorize(" << inner[0].name() << ", " << n.vector_width << ", TailStrategy::ShiftInwards)";
+        src.body << ".vectorize(" << src.var(inner[0].name()) << ", " << n.vector_width << ", TailStrategy::ShiftInwards)";
     }
-    src << ";\n";
+    src.body << ";\n";
     for (int m : g.members) {
         const FuncNode &mn = graph.node(m);
         Func mf(mn.func);
         // On the heap: Halide would put small constant-size tiles on the
         // stack, out of reach of the memory model's (and a user's) malloc.
         mf.compute_at(tile_level).store_in(MemoryType::Heap);
-        src << mf.name() << ".compute_at(" << f.name() << ", " << tile_level_src << ").store_in(MemoryType::Heap)";
+        src.body << src.func(mn) << ".compute_at(" << fid << ", " << tile_level_src
+                 << ").store_in(MemoryType::Heap)";
         std::optional<Extents> ext = graph.tile_extents(g.output, m, g.tile);
         if (ext && (*ext)[0] >= mn.vector_width && mn.vector_width > 1) {
             // GuardWithIf: RoundUp would compute (and read inputs) past the
             // region, and ShiftInwards before it where a tile's region is
             // narrower than a vector.
             mf.vectorize(mf.args()[0], mn.vector_width, TailStrategy::GuardWithIf);
-            src << ".vectorize(" << mf.args()[0].name() << ", " << mn.vector_width << ", TailStrategy::GuardWithIf)";
+            src.body << ".vectorize(" << src.var(mf.args()[0].name()) << ", " << mn.vector_width
+                     << ", TailStrategy::GuardWithIf)";
         }
-        src << ";\n";
+        src.body << ";\n";
     }
 }
 
 }  // namespace
 
 std::string apply_plan(const PipelineGraph &graph, const Plan &plan) {
-    std::ostringstream src;
+    ScheduleSource src;
     for (const Group &g : plan.groups) {
         const FuncNode &n = graph.node(g.output);
         if (n.func.has_update_definition() || n.func.has_extern_definition() || n.func.dimensions() == 0) {

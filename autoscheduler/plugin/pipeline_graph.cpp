@@ -102,6 +102,8 @@ PipelineGraph::PipelineGraph(const std::vector<Function> &outputs, const Target 
         }
         n.must_be_root = n.is_output || f.has_update_definition() || f.has_extern_definition() || f.dimensions() == 0;
     }
+    const std::vector<std::string> topological = topological_order(outputs, env);
+    for (size_t i = 0; i < topological.size(); i++) nodes_[index_.at(topological[i])].pipeline_index = static_cast<int>(i);
     for (size_t i = 0; i < nodes_.size(); i++) {
         for (const auto &[name, callee] : find_direct_calls(nodes_[i].func)) {
             auto it = index_.find(name);

@@ -29,6 +29,7 @@ struct FuncNode {
     int64_t bytes_per_point = 0;
     double cost_per_point = 1;  // IR nodes in the pure definition
     int vector_width = 1;       // natural vector width of the first value's type
+    int pipeline_index = 0;     // Pipeline::get_func's index (topological order)
 };
 
 class PipelineGraph {
