@@ -7,7 +7,7 @@ SEGTILE_HOME=${SEGTILE_HOME:-$HOME/.cache/segtile}
 VENV=$SEGTILE_HOME/venv
 DEB_PKGS=(g++ ninja-build libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           pkg-config libtiff-dev libpng-dev libjpeg-dev libopenslide-dev libcairo2-dev)
-PY_PKGS=(halide==21.0.0 "cmake>=3.28,<4.2" safetensors numpy)
+PY_PKGS=(halide==21.0.0 "cmake>=3.28,<4.2" safetensors numpy matplotlib)
 
 missing=()
 for p in "${DEB_PKGS[@]}"; do
@@ -25,7 +25,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   mkdir -p "$SEGTILE_HOME"
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import halide, numpy, safetensors.numpy" 2>/dev/null \
+if ! "$VENV/bin/python" -c "import halide, numpy, safetensors.numpy, matplotlib" 2>/dev/null \
    || [ ! -x "$VENV/bin/cmake" ]; then
   echo "setup: installing ${PY_PKGS[*]} into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}"

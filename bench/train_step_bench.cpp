@@ -1,0 +1,127 @@
+// The training step of the paper's two networks, VGG16 and Darknet19
+// (batch 1, float32), at growing image sizes, with segtile's CPU schedule,
+// under memory caps. Counters (bench/step_run.h): seconds per step,
+// compile seconds, peak working memory (ledger), process high-water mark,
+// useful GFLOP/s and fraction of machine peak; plus the checkpoint store
+// and the recompute factor (FLOPs executed / FLOPs of untiled training).
+//
+//   train_step_bench [--long] [--peak_gflops=X] [--time_limit=S] \
+//       --benchmark_out=bench/results/train_step.json --benchmark_out_format=json
+//
+// Default sizes 256, 512, 1024; --long adds 2048 and 4096 (the untiled
+// VGG16 step at 4096 needs about 40 GiB: on a 24 GiB machine that
+// configuration fails, which is the point of tiling). Each configuration
+// runs in its own process, so the high-water mark is its own.
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/bench_options.h"
+#include "bench/isolated_run.h"
+#include "bench/step_run.h"
+
+namespace {
+
+using namespace segtile;
+using namespace segtile::bench;
+
+// A cap on the step's working memory, as a fraction of the untiled step's
+// measured peak at the same model and size; fraction 0 is no cap.
+struct MemoryCap {
+    std::string name;
+    double fraction = 0;
+};
+
+// The caps every model and size runs under, in this order. Only "none"
+// (the untiled step) for now: the planner (issue 4) appends its caps
+// ({"1/2", 0.5}, {"1/8", 0.125}, {"1/32", 1.0 / 32}) and fills in the
+// capped branch of run_step_under_cap.
+std::vector<MemoryCap> memory_caps() { return {{"none", 0}}; }
+
+// Runs one step under `cap`. `untiled_peak_bytes` is what the "none" run of
+// the same model and size measured (0 if it did not run or failed).
+void run_step_under_cap(const MemoryCap &cap, const StepConfig &c, double untiled_peak_bytes, double peak_gflops,
+                        IsolatedResult &r) {
+    if (cap.fraction == 0) {
+        run_training_step(c, peak_gflops, r);
+        r.counters["checkpoint_bytes"] = 0;  // untiled: no checkpoint store
+        r.counters["recompute_factor"] = 1;  // every layer once forward, once backward
+        return;
+    }
+    // Capped runs: plan for cap.fraction * untiled_peak_bytes, run the plan
+    // with the SegmentedExecutor, report the same counters.
+    (void)untiled_peak_bytes;
+    throw std::runtime_error("cap " + cap.name + " needs the planner (issue 4)");
+}
+
+struct Config {
+    std::string model;
+    int size;
+};
+
+// Owned by main: the untiled peaks the capped runs are sized from.
+struct UntiledPeaks {
+    std::map<std::pair<std::string, int>, double> bytes;
+};
+
+void register_suite(const std::vector<MemoryCap> &caps, const std::vector<Config> &configs, const BenchOptions &opt,
+                    UntiledPeaks &peaks) {
+    const double limit = opt.time_limit_seconds > 0 ? opt.time_limit_seconds : 1800;
+    for (const Config &cfg : configs)
+        for (const MemoryCap &cap : caps) {
+            std::string cap_id = cap.name;
+            for (char &ch : cap_id)
+                if (ch == '/') ch = '_';
+            const std::string name =
+                "BM_TrainStep/" + cfg.model + "/size:" + std::to_string(cfg.size) + "/cap:" + cap_id;
+            benchmark::RegisterBenchmark(name.c_str(), [=, &peaks](benchmark::State &state) {
+                StepConfig c;
+                c.model = cfg.model;
+                c.size = cfg.size;
+                c.schedule = Schedule::Cpu;
+                const auto key = std::make_pair(cfg.model, cfg.size);
+                const double untiled = peaks.bytes.count(key) ? peaks.bytes.at(key) : 0;
+                for (auto _ : state) {
+                    IsolatedResult r = run_isolated(
+                        [&](IsolatedResult &out) { run_step_under_cap(cap, c, untiled, opt.peak_gflops, out); }, limit);
+                    for (const auto &[k, v] : r.counters) state.counters[k] = v;
+                    state.counters["peak_gflops"] = opt.peak_gflops;
+                    state.counters["cap_fraction"] = cap.fraction;
+                    const std::string what = cfg.model + " " + std::to_string(cfg.size) + " cap " + cap.name;
+                    if (!r.ok) {
+                        state.SetLabel(what + ": FAILED: " + r.error);
+                        state.SetIterationTime(0);
+                        continue;
+                    }
+                    if (cap.fraction == 0) peaks.bytes[key] = r.counters["peak_working_bytes"];
+                    state.SetLabel(what);
+                    state.SetIterationTime(r.counters["seconds_per_step"]);
+                }
+            })
+                ->Iterations(1)
+                ->UseManualTime()
+                ->Unit(benchmark::kSecond);
+        }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    const BenchOptions opt = parse_bench_options(&argc, argv);
+    std::vector<int> sizes = {256, 512, 1024};
+    if (opt.long_run) sizes.insert(sizes.end(), {2048, 4096});
+    std::vector<Config> configs;
+    for (const char *m : {"vgg16", "darknet19"})
+        for (int s : sizes) configs.push_back({m, s});
+    UntiledPeaks peaks;
+    register_suite(memory_caps(), configs, opt, peaks);
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
