@@ -4,6 +4,7 @@
 // the cuts, so they are declared in configure() from the signature.
 #include "Halide.h"
 #include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/gpu_schedule.h"
 #include "generators/kernels.h"
 #include "spec/kernel_signature.h"
 
@@ -57,7 +58,10 @@ public:
                 *outputs_[o++] = outs.at(a.name);
                 all.push_back(outs.at(a.name));
             }
-        segtile::schedule_cpu(all, get_target());
+        // A target with a GPU feature (x86-64-linux-cuda-cuda_capability_86)
+        // gets the GPU schedule; Halide copies host inputs to the device.
+        if (get_target().has_gpu_feature()) segtile::schedule_gpu(all, get_target());
+        else segtile::schedule_cpu(all, get_target());
     }
 
 private:

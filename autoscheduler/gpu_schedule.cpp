@@ -1,0 +1,217 @@
+#include "autoscheduler/gpu_schedule.h"
+
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+namespace segtile {
+
+using Halide::Expr;
+using Halide::Func;
+using Halide::RVar;
+using Halide::Stage;
+using Halide::TailStrategy;
+using Halide::Var;
+using Halide::VarOrRVar;
+using Halide::Internal::expr_uses_var;
+
+namespace {
+
+// Extents are run-time values (tile and image sizes): GuardWithIf is the
+// one tail strategy legal for every extent, in pure and update stages.
+constexpr TailStrategy kTail = TailStrategy::GuardWithIf;
+
+bool debug() {
+    static const bool on = std::getenv("SEGTILE_SCHEDULE_DEBUG") != nullptr;
+    return on;
+}
+
+std::string unqualified(const std::string &n) { return n.substr(n.rfind('.') + 1); }
+
+struct Dim {
+    std::string name;
+    bool rvar = false;
+};
+
+// The loops of a stage, innermost first, without the outermost placeholder.
+std::vector<Dim> loops(const Stage &s) {
+    std::vector<Dim> d;
+    for (const auto &x : s.get_schedule().dims()) {
+        const std::string n = unqualified(x.var);
+        if (n != Var::outermost().name()) d.push_back({n, x.is_rvar()});
+    }
+    return d;
+}
+
+// Per LHS position: the Var there if no other LHS position uses it (so
+// distinct values write distinct elements and its loop may run in parallel
+// threads), else "". RVars and scatter index expressions give "".
+std::vector<std::string> safe_pure_positions(const std::vector<Expr> &lhs) {
+    std::vector<std::string> names(lhs.size());
+    for (size_t i = 0; i < lhs.size(); i++) {
+        const auto *v = lhs[i].as<Halide::Internal::Variable>();
+        if (!v || v->reduction_domain.defined() || v->param.defined() || v->image.defined()) continue;
+        bool elsewhere = false;
+        for (size_t j = 0; j < lhs.size(); j++) elsewhere = elsewhere || (j != i && expr_uses_var(lhs[j], v->name));
+        if (!elsewhere) names[i] = v->name;
+    }
+    std::vector<std::string> out;
+    for (const auto &n : names)
+        if (!n.empty()) out.push_back(n);
+    return out;
+}
+
+bool contains(const std::vector<std::string> &v, const std::string &s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// Maps loops `par` of `s` to the GPU: every other loop moves inside (serial
+// in each thread; moving pure loops outwards past RVars is always legal,
+// and the serial loops keep their order), `par` are fused into one loop
+// (x innermost: neighbouring threads touch neighbouring pixels) and split
+// into blocks of `threads` threads. One flat loop suits both image-shaped
+// Funcs and weight-shaped ones (3x3 taps would waste a 2-D thread tile),
+// and needs no extents, which are run-time values here.
+void map_to_gpu(Stage s, const std::vector<std::string> &par, int threads, const std::string &tag) {
+    std::vector<VarOrRVar> order;
+    std::vector<Dim> parallel;
+    for (const auto &d : loops(s)) {
+        if (contains(par, d.name)) parallel.push_back(d);
+        else order.emplace_back(d.name, d.rvar);
+    }
+    if (parallel.empty()) {
+        s.gpu_single_thread();
+        return;
+    }
+    for (const auto &d : parallel) order.emplace_back(d.name, d.rvar);
+    if (order.size() > 1) s.reorder(order);
+    VarOrRVar fused(parallel[0].name, parallel[0].rvar);
+    bool any_rvar = parallel[0].rvar;
+    for (size_t i = 1; i < parallel.size(); i++) {
+        any_rvar = any_rvar || parallel[i].rvar;
+        VarOrRVar next(tag + "_f" + std::to_string(i), any_rvar);
+        s.fuse(fused, VarOrRVar(parallel[i].name, parallel[i].rvar), next);
+        fused = next;
+    }
+    VarOrRVar block(tag + "_b", any_rvar), thread(tag + "_t", any_rvar);
+    s.split(fused, block, thread, threads, kTail);
+    s.gpu_blocks(block).gpu_threads(thread);
+}
+
+// The RVars that no LHS argument uses (true reduction dimensions, not
+// scatter indices) and whose extent is a run-time value: an image, a tile,
+// a batch. Innermost first.
+std::vector<std::string> image_reduction_rvars(const Stage &s, const std::vector<Expr> &lhs) {
+    std::vector<std::string> out;
+    for (const auto &r : s.get_schedule().rvars()) {
+        bool in_lhs = false;
+        for (const auto &e : lhs) in_lhs = in_lhs || expr_uses_var(e, r.var);
+        if (!in_lhs && !Halide::Internal::is_const(r.extent)) out.push_back(unqualified(r.var));
+    }
+    return out;
+}
+
+bool associative(const Func &f, int k) {
+    return Halide::Internal::prove_associativity(f.name(), f.update_args(k), f.update_values(k).as_vector())
+        .associative();
+}
+
+// A reduction over an image (dw(kx, ky, ci, co) += sum over x, y, n; a
+// bias gradient; a global pool): a weight-shaped output has far fewer
+// elements than the GPU has threads, and a thread per element would loop
+// over the whole tile. Split the image rows (the second image RVar, y)
+// into chunks of `rows` and
+// rfactor the chunk index into a pure Var: the partials (one per weight
+// element and chunk) run in parallel, and the update left sums the chunks.
+// rfactor proves the update associative and throws otherwise; then only a
+// split has been made and the caller maps the stage as it is.
+Func rfactor_rows(Func f, int k, const std::string &r, const GpuScheduleOptions &o) {
+    Stage s = f.update(k);
+    Var u(f.name() + "_chunk");
+    try {
+        s.split(RVar(r), RVar(r + "_ro"), RVar(r + "_ri"), o.rows_per_partial, kTail);
+        Func intm = s.rfactor(RVar(r + "_ro"), u);
+        if (debug()) std::fprintf(stderr, "schedule_gpu: rfactor %s.update(%d) over %s\n", f.name().c_str(), k, r.c_str());
+        return intm;
+    } catch (const Halide::Error &e) {
+        if (debug()) std::fprintf(stderr, "schedule_gpu: no rfactor for %s: %s\n", f.name().c_str(), e.what());
+        return Func();
+    }
+}
+
+void schedule_update(Func f, int k, const GpuScheduleOptions &o) {
+    const std::string tag = f.name() + "_u" + std::to_string(k);
+    const auto lhs = f.update_args(k);
+    const auto image_r = image_reduction_rvars(f.update(k), lhs);
+    if (debug()) {
+        std::ostringstream o;
+        for (const auto &e : lhs) o << " [" << e << "]";
+        o << " =";
+        const Halide::Tuple values = f.update_values(k);
+        for (const auto &e : values.as_vector()) o << " " << e;
+        o << " over";
+        for (const auto &r : image_r) o << " " << r;
+        std::fprintf(stderr, "schedule_gpu: %s.update(%d)%s\n", f.name().c_str(), k, o.str().c_str());
+    }
+    // Two or more run-time RVars: a sum over an image plane (weight and bias
+    // gradients, global pools). One alone is a sum over channels (an input
+    // gradient: image-shaped, parallel enough over its pure Vars; splitting
+    // it would multiply a whole tensor by the chunk count) or over a batch.
+    if (image_r.size() >= 2) {
+        Func intm = rfactor_rows(f, k, image_r[1], o);
+        if (intm.defined()) {
+            intm.compute_root();
+            std::vector<std::string> args;
+            for (const auto &a : intm.args()) args.push_back(a.name());
+            map_to_gpu(intm, args, o.threads_per_block, intm.name() + "_p");
+            for (int j = 0; j < intm.num_update_definitions(); j++)
+                map_to_gpu(intm.update(j), safe_pure_positions(intm.update_args(j)), o.threads_per_block,
+                           intm.name() + "_u" + std::to_string(j));
+        }
+    }
+    const auto par = safe_pure_positions(lhs);
+    const bool scatter = lhs.empty() || par.empty() || !lhs[0].as<Halide::Internal::Variable>() ||
+                         lhs[0].as<Halide::Internal::Variable>()->reduction_domain.defined();
+    if (scatter && associative(f, k)) {
+        // A scatter (max pool's adjoint: d_in(argmax(r), c, n) += ...) or
+        // the final sum of a scalar: the RVars carry the parallelism. Halide
+        // makes the additions atomic, so colliding writes are still summed.
+        std::vector<std::string> all;
+        for (const auto &d : loops(f.update(k))) all.push_back(d.name);
+        f.update(k).atomic();
+        map_to_gpu(f.update(k), all, o.threads_per_block, tag);
+        if (debug()) std::fprintf(stderr, "schedule_gpu: atomic %s.update(%d)\n", f.name().c_str(), k);
+        return;
+    }
+    map_to_gpu(f.update(k), par, o.threads_per_block, tag);
+}
+
+void schedule_func(Func f, const GpuScheduleOptions &o) {
+    f.compute_root();
+    std::vector<std::string> args;
+    for (const auto &a : f.args()) args.push_back(a.name());
+    map_to_gpu(f, args, o.threads_per_block, f.name() + "_p");
+    for (int k = 0; k < f.num_update_definitions(); k++) schedule_update(f, k, o);
+}
+
+}  // namespace
+
+void schedule_gpu(const std::vector<Func> &outputs, const Halide::Target &target, const GpuScheduleOptions &options) {
+    if (!target.has_gpu_feature())
+        throw std::invalid_argument("schedule_gpu: target " + target.to_string() + " has no GPU feature");
+    std::vector<Halide::Internal::Function> fs;
+    for (const auto &f : outputs)
+        if (f.defined()) fs.push_back(f.function());
+    for (auto &[name, fn] : Halide::Internal::build_environment(fs)) {
+        if (fn.has_extern_definition()) Func(fn).compute_root();
+        else schedule_func(Func(fn), options);
+    }
+}
+
+Halide::Target segtile_cuda_target(const Halide::Target &host) {
+    return host.with_feature(Halide::Target::CUDA).with_feature(Halide::Target::CUDACapability86);
+}
+
+}  // namespace segtile
