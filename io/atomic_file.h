@@ -2,8 +2,9 @@
 // the complete new ones. Bytes go to a temporary file in the target's
 // directory (same file system, so rename is atomic); commit() flushes it to
 // disk (fsync), renames it over the target and syncs the directory. A writer
-// that is destroyed or killed before commit() leaves the old file untouched;
-// the destructor removes the temporary file.
+// that throws or is killed before commit() leaves the old file untouched;
+// the destructor removes the temporary file (a killed process leaves it
+// behind as "<path>.tmp-XXXXXX", never under the target's name).
 #pragma once
 
 #include <cstddef>
