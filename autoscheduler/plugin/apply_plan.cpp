@@ -41,8 +41,8 @@ private:
 };
 
 // Root Funcs that are not tiled: reductions (parallel over an outer pure
-// dimension of each definition: always race-free in Halide), externs and
-// scalars.
+// dimension of each definition and vectorised over the innermost: always
+// race-free in Halide), externs and scalars.
 void schedule_untiled_root(const FuncNode &n, ScheduleSource &src) {
     Func f(n.func);
     const std::string fid = src.func(n);
@@ -65,16 +65,29 @@ void schedule_untiled_root(const FuncNode &n, ScheduleSource &src) {
     src.body << ";\n";
     for (int u = 0; u < static_cast<int>(n.func.updates().size()); u++) {
         const std::vector<Expr> &update_args = n.func.update(u).args();
-        bool scheduled = false;
-        for (int d = static_cast<int>(update_args.size()) - 1; d >= 0 && !scheduled; d--) {
+        auto pure = [&](int d) {
             const Internal::Variable *v = update_args[d].as<Internal::Variable>();
-            if (v && v->name == args[d].name() && n.full[d] > 1) {
-                f.update(u).parallel(args[d]);
-                src.body << fid << ".update(" << u << ").parallel(" << src.var(args[d].name()) << ");\n";
-                scheduled = true;
-            }
+            return v && v->name == args[d].name() && n.full[d] > 1;
+        };
+        int parallel_dim = -1;
+        for (int d = static_cast<int>(update_args.size()) - 1; d >= 0 && parallel_dim < 0; d--) {
+            if (pure(d)) parallel_dim = d;
         }
-        if (!scheduled) {
+        const bool vectorize = parallel_dim != 0 && pure(0) && n.full[0] >= n.vector_width && n.vector_width > 1;
+        if (parallel_dim >= 0 || vectorize) {
+            src.body << fid << ".update(" << u << ")";
+            if (vectorize) {
+                // The reduction loops stay inside, run on whole vectors.
+                f.update(u).vectorize(args[0], n.vector_width, TailStrategy::GuardWithIf);
+                src.body << ".vectorize(" << src.var(args[0].name()) << ", " << n.vector_width
+                         << ", TailStrategy::GuardWithIf)";
+            }
+            if (parallel_dim >= 0) {
+                f.update(u).parallel(args[parallel_dim]);
+                src.body << ".parallel(" << src.var(args[parallel_dim].name()) << ")";
+            }
+            src.body << ";\n";
+        } else {
             // A serial reduction (no pure dimension to parallelise): say so,
             // or Halide warns that it was forgotten.
             f.update(u).unscheduled();

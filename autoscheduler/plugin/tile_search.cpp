@@ -11,10 +11,11 @@ namespace segtile::plugin {
 namespace {
 
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
-// Cost of storing a byte at root and loading it back, and of starting a
-// tile, in the units of cost_per_point (IR nodes evaluated).
+// Cost of storing a byte at root and loading it back, and of each Func in
+// each tile (a heap allocation, bounds, loop set-up), in the units of
+// cost_per_point (IR nodes evaluated).
 constexpr double kRootCostPerByte = 0.5;
-constexpr double kTileOverhead = 200;
+constexpr double kTileOverheadPerFunc = 1000;
 
 bool fusable_output(const FuncNode &n) {
     return !n.func.has_update_definition() && !n.func.has_extern_definition() && n.func.dimensions() > 0;
@@ -55,8 +56,11 @@ double group_time(const PipelineGraph &graph, const Group &g, const Extents &til
                   const SearchOptions &o) {
     const FuncNode &out = graph.node(g.output);
     const double threads = static_cast<double>(concurrent_tiles(out, tile, o.parallelism));
-    double time = (e.work + kTileOverhead * static_cast<double>(tile_count(out, tile))) / threads;
+    const double overhead = kTileOverheadPerFunc * static_cast<double>(g.members.size() + 1);
+    double time = (e.work + overhead * static_cast<double>(tile_count(out, tile))) / threads;
     if (e.tile_bytes > o.cache_bytes) time *= 2;  // the tile's working set spills out of cache
+    // Tiles narrower than a vector run (mostly) scalar.
+    if (tile[0] < out.vector_width) time *= static_cast<double>(out.vector_width) / static_cast<double>(tile[0]);
     return time;
 }
 
@@ -65,14 +69,19 @@ struct Grouping {
     std::vector<int> group_of;
 };
 
-Grouping greedy_grouping(const PipelineGraph &graph, const SearchOptions &o, double max_recompute, int64_t max_tile_bytes) {
+Grouping greedy_grouping(const PipelineGraph &graph, const SearchOptions &o, double max_recompute, int64_t max_tile_bytes,
+                         int64_t cut_below_bytes) {
     Grouping result;
     std::vector<Group> groups;
     std::vector<int> group_of(graph.size(), -1);
     for (int i = graph.size() - 1; i >= 0; i--) {
         const FuncNode &n = graph.node(i);
         int join = -1;
-        if (!n.must_be_root && !n.consumers.empty()) {
+        // Small Funcs are cut even where they could fuse: storing them costs
+        // little memory and saves their recomputation in every tile (the
+        // coarse levels of a pyramid).
+        const bool cut = root_bytes(graph, i) <= cut_below_bytes;
+        if (!n.must_be_root && !n.consumers.empty() && !cut) {
             const int g = group_of[n.consumers[0]];
             const bool one_group = std::all_of(n.consumers.begin(), n.consumers.end(),
                                                [&](int c) { return group_of[c] == g; });
@@ -182,16 +191,19 @@ std::vector<Extents> tile_candidates(const FuncNode &output) {
 
 SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
     const int64_t cap = o.memory_cap.value_or(kUnlimited);
-    const double recompute_bounds[] = {1.0, 1.1, 1.25, 1.5, 2, 3, 5, 10, 1e30};
+    const double recompute_bounds[] = {1.0, 1.25, 1.5, 2, 4, 1e30};
     std::vector<int64_t> tile_bounds = {kUnlimited};
     for (int64_t b = int64_t(1) << 34; b >= 1024; b /= 4) tile_bounds.push_back(b);
+    std::vector<int64_t> cut_bounds = {0};
+    for (int64_t b = 4096; b <= (int64_t(1) << 24); b *= 4) cut_bounds.push_back(b);
 
     std::optional<SearchResult> best;
     int64_t smallest_cap = kUnlimited;
     std::set<std::vector<int>> seen;  // groupings already costed, by group of each Func
     for (double r : recompute_bounds) {
         for (int64_t s : tile_bounds) {
-            Grouping grouping = greedy_grouping(graph, o, r, s);
+          for (int64_t c : cut_bounds) {
+            Grouping grouping = greedy_grouping(graph, o, r, s, c);
             std::vector<int> key(graph.size());
             for (size_t g = 0; g < grouping.plan.groups.size(); g++) {
                 key[grouping.plan.groups[g].output] = static_cast<int>(g);
@@ -208,6 +220,7 @@ SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
                 r.memory = predict_memory(graph, r.plan, o.parallelism);
                 best = r;
             }
+          }
         }
     }
     if (!best) {

@@ -5,7 +5,9 @@
 // Groupings come from a greedy pass over the Funcs, consumers first, that
 // fuses a Func into its consumers' group while some tile keeps both the
 // group's recomputation below a bound R and its tile working set below a
-// bound S. Every (R, S) of a small grid gives one grouping; each grouping
+// bound S, and that cuts every Func whose whole region is at most C bytes
+// (small coarse levels are cheaper stored than recomputed in every tile).
+// Every (R, S, C) of a small grid gives one grouping; each grouping
 // then gets, per group, the fastest tile that fits the cap next to the root
 // allocations alive at that time. The fastest plan that fits wins.
 #pragma once
