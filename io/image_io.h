@@ -71,7 +71,8 @@ struct ImageRegion {
     int64_t x = 0, y = 0, width = 0, height = 0;
 };
 
-// An open image for repeated region reads (a slide is opened once).
+// An open image for repeated region reads (a slide is opened once). read()
+// may be called from several threads at once.
 class ImageFile {
 public:
     // Opens and reads the header; checks options.channels. Throws ImageError.

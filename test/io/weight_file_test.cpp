@@ -111,6 +111,17 @@ TEST_F(WeightFileTest, UnexpectedTensorIsNamed) {
                       HasSubstr("model does not have")));
 }
 
+// Files without num_batches_tracked (not every writer adds it) load too.
+TEST_F(WeightFileTest, BatchNormCounterIsOptional) {
+    ParamStore saved(model, &ledger), loaded(model, &ledger);
+    saved.init_pytorch_default(8);
+    SafetensorsWriter w;
+    for (size_t i = 0; i < saved.specs().size(); i++) w.add(saved.specs()[i].name, saved.values[i]);
+    w.write(dir.file("w.safetensors"));
+    load_parameters(dir.file("w.safetensors"), loaded);
+    expect_same_values<float>(saved, loaded);
+}
+
 TEST_F(WeightFileTest, WrongShapeIsNamedAndNothingIsChanged) {
     const Model wider = testing::small_classifier(5);
     ParamStore other(wider, &ledger), p(model, &ledger);
