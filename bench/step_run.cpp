@@ -4,22 +4,30 @@
 #include <random>
 
 #include "runtime/parameters.h"
-#include "runtime/step_kernel.h"
 #include "spec/cost.h"
 
 namespace segtile::bench {
 
-void run_training_step(const StepConfig &c, double peak_gflops, IsolatedResult &r) {
-    using clock = std::chrono::steady_clock;
-    const Model m = load_model(c.model);
-    MemoryLedger ledger;
+using clock_type = std::chrono::steady_clock;
+
+CompiledStep compile_training_step(const StepConfig &c) {
+    CompiledStep s;
+    s.model = load_model(c.model);
+    s.ledger = std::make_unique<MemoryLedger>();
     PeerSchedule peer = c.peer;
     peer.width = peer.height = c.size;
-    const auto t0 = clock::now();
-    KernelStep step(m, std::make_unique<JitKernel>(m, untiled_layout(m), KernelKind::Head, 0, Halide::Float(32),
-                                                   &ledger, std::set<std::string>{}, c.schedule, peer));
-    r.counters["compile_seconds"] = std::chrono::duration<double>(clock::now() - t0).count();
+    const auto t0 = clock_type::now();
+    s.step = std::make_unique<KernelStep>(
+        s.model, std::make_unique<JitKernel>(s.model, untiled_layout(s.model), KernelKind::Head, 0, Halide::Float(32),
+                                             s.ledger.get(), std::set<std::string>{}, c.schedule, peer));
+    s.compile_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    return s;
+}
 
+void run_compiled_step(CompiledStep &s, const StepConfig &c, double peak_gflops, IsolatedResult &r) {
+    const Model &m = s.model;
+    MemoryLedger &ledger = *s.ledger;
+    r.counters["compile_seconds"] = s.compile_seconds;
     const TensorShape ps = m.shapes(c.size, c.size)[m.loss.input_id];
     Tensor image({c.size, c.size, m.input_channels, 1}, &ledger), grad_image({c.size, c.size, m.input_channels, 1}, &ledger);
     Tensor pred({ps.width, ps.height, ps.channels, 1}, &ledger);
@@ -42,9 +50,9 @@ void run_training_step(const StepConfig &c, double peak_gflops, IsolatedResult &
     double best = 1e300, total = 0;
     int steps = 0;
     while (steps < 1 || (total < c.min_seconds && steps < c.max_steps)) {
-        const auto s0 = clock::now();
-        step.run(image, lt, params, pred, grad_image);
-        const double dt = std::chrono::duration<double>(clock::now() - s0).count();
+        const auto s0 = clock_type::now();
+        s.step->run(image, lt, params, pred, grad_image);
+        const double dt = std::chrono::duration<double>(clock_type::now() - s0).count();
         best = std::min(best, dt);
         total += dt;
         steps++;
@@ -58,6 +66,11 @@ void run_training_step(const StepConfig &c, double peak_gflops, IsolatedResult &
     r.counters["fraction_of_peak"] = flops / best * 1e-9 / peak_gflops;
     r.counters["peak_working_bytes"] = (double)ledger.peak(MemoryLedger::Kind::Working);
     r.counters["high_water_mark_bytes"] = (double)process_high_water_mark();
+}
+
+void run_training_step(const StepConfig &c, double peak_gflops, IsolatedResult &r) {
+    CompiledStep s = compile_training_step(c);
+    run_compiled_step(s, c, peak_gflops, r);
 }
 
 }  // namespace segtile::bench

@@ -1,13 +1,15 @@
 // One untiled training step (forward, loss, every gradient) of a model,
 // JIT-compiled with a given schedule and run on a random image, with what
-// the suites report about it. Meant to run inside run_isolated, so that the
-// high-water mark is this configuration's own.
+// the suites report about it. Runs happen inside run_isolated, so that the
+// high-water mark is the configuration's own.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "bench/isolated_run.h"
 #include "generators/jit_kernel.h"
+#include "runtime/step_kernel.h"
 
 namespace segtile::bench {
 
@@ -21,7 +23,20 @@ struct StepConfig {
     int max_steps = 10;
 };
 
-// Fills r.counters:
+// A compiled step and the ledger its Halide allocations go to. One compiled
+// step serves every image size: a suite may compile it once in the parent
+// process and run each size in a child (fork copies both).
+struct CompiledStep {
+    Model model;
+    std::unique_ptr<MemoryLedger> ledger;
+    std::unique_ptr<KernelStep> step;
+    double compile_seconds = 0;
+};
+
+// Peer schedules are compiled for c.size (their estimates).
+CompiledStep compile_training_step(const StepConfig &c);
+
+// Runs the steps and fills r.counters:
 //   compile_seconds        building and compiling the step (autoscheduling included)
 //   seconds_per_step       fastest step (other work on the machine only slows steps down)
 //   seconds_per_step_mean  mean over the steps run
@@ -31,6 +46,9 @@ struct StepConfig {
 //   fraction_of_peak       gflops / peak_gflops
 //   peak_working_bytes     ledger: runtime tensors and every Halide allocation
 //   high_water_mark_bytes  the process's VmHWM after the steps
+void run_compiled_step(CompiledStep &s, const StepConfig &c, double peak_gflops, IsolatedResult &r);
+
+// Both, in the calling process.
 void run_training_step(const StepConfig &c, double peak_gflops, IsolatedResult &r);
 
 }  // namespace segtile::bench

@@ -11,7 +11,8 @@
 // Default sizes 256, 512, 1024; --long adds 2048 and 4096 (the untiled
 // VGG16 step at 4096 needs about 40 GiB: on a 24 GiB machine that
 // configuration fails, which is the point of tiling). Each configuration
-// runs in its own process, so the high-water mark is its own.
+// runs in its own process (forked after the model's step is compiled), so
+// the high-water mark is its own; it includes the JIT compiler's memory.
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -42,12 +43,14 @@ struct MemoryCap {
 // capped branch of run_step_under_cap.
 std::vector<MemoryCap> memory_caps() { return {{"none", 0}}; }
 
-// Runs one step under `cap`. `untiled_peak_bytes` is what the "none" run of
-// the same model and size measured (0 if it did not run or failed).
-void run_step_under_cap(const MemoryCap &cap, const StepConfig &c, double untiled_peak_bytes, double peak_gflops,
-                        IsolatedResult &r) {
+// Runs one step under `cap`, in a child process. `untiled` is the model's
+// compiled untiled step (compiled once in the parent); `untiled_peak_bytes`
+// is what the "none" run of the same model and size measured (0 if it did
+// not run or failed).
+void run_step_under_cap(const MemoryCap &cap, const StepConfig &c, CompiledStep &untiled, double untiled_peak_bytes,
+                        double peak_gflops, IsolatedResult &r) {
     if (cap.fraction == 0) {
-        run_training_step(c, peak_gflops, r);
+        run_compiled_step(untiled, c, peak_gflops, r);
         r.counters["checkpoint_bytes"] = 0;  // untiled: no checkpoint store
         r.counters["recompute_factor"] = 1;  // every layer once forward, once backward
         return;
@@ -63,13 +66,33 @@ struct Config {
     int size;
 };
 
-// Owned by main: the untiled peaks the capped runs are sized from.
-struct UntiledPeaks {
-    std::map<std::pair<std::string, int>, double> bytes;
+// Owned by main and shared by the benchmarks in registration order: each
+// model's step compiled once (the CPU schedule of a VGG16 step compiles
+// for minutes; one kernel serves every size), and the untiled peaks the
+// capped runs are sized from.
+struct SuiteState {
+    std::map<std::string, CompiledStep> compiled;
+    std::map<std::string, std::string> compile_error;
+    std::map<std::pair<std::string, int>, double> untiled_peak;
 };
 
+CompiledStep *compiled_step(SuiteState &st, const std::string &model) {
+    if (st.compiled.count(model)) return &st.compiled.at(model);
+    if (st.compile_error.count(model)) return nullptr;
+    StepConfig c;
+    c.model = model;
+    c.schedule = Schedule::Cpu;
+    try {
+        st.compiled.emplace(model, compile_training_step(c));
+        return &st.compiled.at(model);
+    } catch (const std::exception &e) {
+        st.compile_error[model] = e.what();
+        return nullptr;
+    }
+}
+
 void register_suite(const std::vector<MemoryCap> &caps, const std::vector<Config> &configs, const BenchOptions &opt,
-                    UntiledPeaks &peaks) {
+                    SuiteState &suite) {
     const double limit = opt.time_limit_seconds > 0 ? opt.time_limit_seconds : 1800;
     for (const Config &cfg : configs)
         for (const MemoryCap &cap : caps) {
@@ -78,26 +101,32 @@ void register_suite(const std::vector<MemoryCap> &caps, const std::vector<Config
                 if (ch == '/') ch = '_';
             const std::string name =
                 "BM_TrainStep/" + cfg.model + "/size:" + std::to_string(cfg.size) + "/cap:" + cap_id;
-            benchmark::RegisterBenchmark(name.c_str(), [=, &peaks](benchmark::State &state) {
+            benchmark::RegisterBenchmark(name.c_str(), [=, &suite](benchmark::State &state) {
                 StepConfig c;
                 c.model = cfg.model;
                 c.size = cfg.size;
                 c.schedule = Schedule::Cpu;
                 const auto key = std::make_pair(cfg.model, cfg.size);
-                const double untiled = peaks.bytes.count(key) ? peaks.bytes.at(key) : 0;
+                const double untiled = suite.untiled_peak.count(key) ? suite.untiled_peak.at(key) : 0;
+                const std::string what = cfg.model + " " + std::to_string(cfg.size) + " cap " + cap.name;
                 for (auto _ : state) {
-                    IsolatedResult r = run_isolated(
-                        [&](IsolatedResult &out) { run_step_under_cap(cap, c, untiled, opt.peak_gflops, out); }, limit);
-                    for (const auto &[k, v] : r.counters) state.counters[k] = v;
                     state.counters["peak_gflops"] = opt.peak_gflops;
                     state.counters["cap_fraction"] = cap.fraction;
-                    const std::string what = cfg.model + " " + std::to_string(cfg.size) + " cap " + cap.name;
-                    if (!r.ok) {
-                        state.SetLabel(what + ": FAILED: " + r.error);
-                        state.SetIterationTime(0);
+                    state.SetIterationTime(0);
+                    CompiledStep *step = compiled_step(suite, cfg.model);
+                    if (!step) {
+                        state.SetLabel(what + ": FAILED: " + suite.compile_error.at(cfg.model));
                         continue;
                     }
-                    if (cap.fraction == 0) peaks.bytes[key] = r.counters["peak_working_bytes"];
+                    IsolatedResult r = run_isolated(
+                        [&](IsolatedResult &out) { run_step_under_cap(cap, c, *step, untiled, opt.peak_gflops, out); },
+                        limit);
+                    for (const auto &[k, v] : r.counters) state.counters[k] = v;
+                    if (!r.ok) {
+                        state.SetLabel(what + ": FAILED: " + r.error);
+                        continue;
+                    }
+                    if (cap.fraction == 0) suite.untiled_peak[key] = r.counters["peak_working_bytes"];
                     state.SetLabel(what);
                     state.SetIterationTime(r.counters["seconds_per_step"]);
                 }
@@ -117,8 +146,8 @@ int main(int argc, char **argv) {
     std::vector<Config> configs;
     for (const char *m : {"vgg16", "darknet19"})
         for (int s : sizes) configs.push_back({m, s});
-    UntiledPeaks peaks;
-    register_suite(memory_caps(), configs, opt, peaks);
+    SuiteState suite;
+    register_suite(memory_caps(), configs, opt, suite);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();

@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Turns the Google Benchmark JSON files in bench/results/ into the tables
+and plots of docs/benchmarks.md (between the report markers; the rest of
+the page, e.g. the memory section, is kept) and docs/img/*.png.
+
+    ~/.cache/segtile/venv/bin/python bench/report.py [--results bench/results] [--docs docs]
+
+Suites and files: machine_peak.json, layers.json, peers.json, train_step.json
+(bench/run_all.sh writes them); a suite run in parts (--benchmark_filter)
+may write <suite>_<part>.json files instead, which are merged. A missing
+suite leaves its section out.
+"""
+import argparse
+import glob
+import json
+import os
+import platform
+import re
+import subprocess
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+BEGIN = "<!-- bench/report.py: begin (generated, edit the script instead) -->"
+END = "<!-- bench/report.py: end -->"
+
+
+def load_suite(results, suite):
+    """The suite's JSON files merged (benchmarks in file order), and their names and contexts."""
+    paths = sorted(glob.glob(os.path.join(results, f"{suite}.json")) +
+                   glob.glob(os.path.join(results, f"{suite}_*.json")))
+    if not paths:
+        return None, []
+    merged, runs = {"context": None, "benchmarks": []}, []
+    for path in paths:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except json.JSONDecodeError as e:  # a suite still running writes its file as it goes
+            print(f"report.py: skipping {path}: {e}")
+            continue
+        merged["context"] = merged["context"] or d["context"]
+        merged["benchmarks"] += d["benchmarks"]
+        runs.append((os.path.basename(path), d))
+    return (merged if runs else None), runs
+
+
+def rows(doc):
+    return [b for b in doc["benchmarks"] if b.get("run_type", "iteration") == "iteration"] if doc else []
+
+
+def gib(b):
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+
+def num(x, digits=1):
+    return f"{x:.{digits}f}"
+
+
+def failed(b):
+    return "FAILED" in b.get("label", "")
+
+
+def machine():
+    model = cores = ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() == "Model name":
+                model = v.strip()
+            if k.strip() == "CPU(s)":
+                cores = v.strip()
+    except OSError:
+        pass
+    mem = ""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 2**20:.0f} GiB"
+    return f"{model}, {cores} CPUs, {mem} memory, {platform.system()} {platform.release()}"
+
+
+def context_line(doc, name):
+    c = doc["context"]
+    return f"`{name}`: {c.get('date', '?')}, load average {', '.join(num(x, 2) for x in c.get('load_avg', []))}"
+
+
+def peak_section(doc, out):
+    out.append("## Machine peak (FMA throughput)\n")
+    out.append("16 independent FMA chains per thread on full vector registers, one pinned thread per CPU "
+               "(`bench/fma_peak.cpp`; the disassembly check is in its comment). Best of three half-second runs.\n")
+    out.append("| precision | threads | ISA | GFLOP/s | GFLOP/s per thread |")
+    out.append("|---|---:|---|---:|---:|")
+    for b in rows(doc):
+        isa, prec = b["label"].split()
+        out.append(f"| {prec} | {int(b['threads'])} | {isa} | {num(b['gflops'])} | {num(b['gflops_per_thread'])} |")
+    out.append("")
+
+
+def layer_name(b):
+    # BM_Layer/<case>/<part>/<schedule>
+    parts = b["name"].split("/")
+    return parts[1], parts[2], parts[3]
+
+
+def layers_section(doc, out, img_dir):
+    rs = rows(doc)
+    yard = [b for b in rs if b.get("yardstick") == 1]
+    if yard:
+        out.append("## Yardstick: backward of conv 3×3 64→64 + relu at 128×128 (issue 4)\n")
+        out.append("One kernel: recomputed forward, input gradient and weight gradient (3.63 GFLOP useful), "
+                   "as segtile's CPU schedule and Halide's autoschedulers schedule it.\n")
+        out.append("| schedule | GFLOP/s | fraction of peak | ms per call | compile s |")
+        out.append("|---|---:|---:|---:|---:|")
+        for b in yard:
+            sched = layer_name(b)[2]
+            if failed(b):
+                out.append(f"| {sched} | — | — | — | — ({b['label']}) |")
+                continue
+            out.append(f"| {sched} | {num(b['gflops'])} | {num(100 * b['fraction_of_peak'])}% | "
+                       f"{num(1e3 * b['seconds'])} | {num(b['compile_seconds'])} |")
+        out.append("")
+    rest = [b for b in rs if b.get("yardstick") != 1]
+    if not rest:
+        return
+    out.append("## Layers: forward and backward kernels (segtile CPU schedule)\n")
+    out.append("Single-layer models, one tile = the whole image, batch 1, float32. GFLOP/s counts useful FLOPs "
+               "(`spec/cost.h`); GB/s counts the bytes of every buffer the kernel takes (a lower bound on its "
+               "traffic). Fastest of at least three calls.\n")
+    out.append("| layer | kernel | GFLOP/s | fraction of peak | GB/s | ms per call | compile s |")
+    out.append("|---|---|---:|---:|---:|---:|---:|")
+    for b in rest:
+        case, part, _ = layer_name(b)
+        if failed(b):
+            out.append(f"| {case} | {part} | — | — | — | — | {b['label']} |")
+            continue
+        out.append(f"| {case} | {part} | {num(b['gflops'], 2)} | {num(100 * b['fraction_of_peak'], 2)}% | "
+                   f"{num(b['gbytes_per_s'], 2)} | {num(1e3 * b['seconds'], 2)} | {num(b['compile_seconds'])} |")
+    out.append("")
+    # Bar chart: GFLOP/s per layer, one bar per kernel part.
+    cases = []
+    by = defaultdict(dict)
+    for b in rest:
+        if failed(b):
+            continue
+        case, part, _ = layer_name(b)
+        if case not in cases:
+            cases.append(case)
+        by[part][case] = b["gflops"]
+    partsl = [p for p in ["forward", "input_grad", "weight_grad", "backward"] if p in by]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    w = 0.8 / max(len(partsl), 1)
+    for i, p in enumerate(partsl):
+        xs = [k + i * w for k in range(len(cases))]
+        ax.bar(xs, [by[p].get(c, 0) for c in cases], w, label=p)
+    ax.set_xticks([k + 0.4 - w / 2 for k in range(len(cases))])
+    ax.set_xticklabels(cases, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("useful GFLOP/s")
+    ax.set_title("Per-layer kernels, segtile CPU schedule")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(img_dir, "layers_gflops.png"), dpi=110)
+    plt.close(fig)
+    out.append("![per-layer GFLOP/s](img/layers_gflops.png)\n")
+
+
+def step_table(rs, out, key_cols, key_fn):
+    # model, then size as a number; the schedule or cap keeps its run order
+    order = {id(b): i for i, b in enumerate(rs)}
+    rs = sorted(rs, key=lambda b: (key_fn(b)[0], int(key_fn(b)[1]), order[id(b)]))
+    out.append("| " + " | ".join(key_cols) + " | s/step | GFLOP/s | fraction of peak | peak working memory "
+               "| high-water mark | compile s |")
+    out.append("|" + "---|" * len(key_cols) + "---:|---:|---:|---:|---:|---:|")
+    for b in rs:
+        keys = key_fn(b)
+        if failed(b):
+            reason = b["label"].split("FAILED:", 1)[1].strip()
+            reason = reason if len(reason) < 140 else reason[:137] + "..."
+            out.append("| " + " | ".join(keys) + f" | failed: {reason} | | | | | |")
+            continue
+        out.append("| " + " | ".join(keys) + f" | {num(b['seconds_per_step'], 2)} | {num(b['gflops'])} | "
+                   f"{num(100 * b['fraction_of_peak'])}% | {gib(b['peak_working_bytes'])} | "
+                   f"{gib(b['high_water_mark_bytes'])} | {num(b['compile_seconds'])} |")
+    out.append("")
+
+
+def plot_lines(series, ylabel, title, path, logy=False):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, pts in sorted(series.items()):
+        pts = sorted(pts)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("image size (pixels per side)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_step(b, pattern):
+    m = re.match(pattern, b["name"])
+    return m.groups() if m else None
+
+
+def steps_section(peers, train, out, img_dir):
+    times, mems = defaultdict(list), defaultdict(list)
+    if peers:
+        rs = rows(peers)
+        out.append("## Untiled training step: segtile vs Halide's autoschedulers\n")
+        out.append("Batch 1, float32, one step = forward, loss, every gradient (`JitKernel` of the untiled "
+                   "head). Fastest of up to 10 steps (or the first step when it takes over 2 s). "
+                   "Adams2019 runs its greedy search (beam_size=1): its default beam search needs minutes "
+                   "for a single conv layer here.\n")
+
+        def key(b):
+            model, size, sched = parse_step(b, r"BM_PeerStep/([^/]+)/size:(\d+)/([^/]+)")
+            return [model, size, sched]
+
+        step_table(rs, out, ["model", "size", "schedule"], key)
+        for b in rs:
+            if failed(b):
+                continue
+            model, size, sched = key(b)
+            times[f"{model} {sched}"].append((int(size), b["seconds_per_step"]))
+            mems[f"{model} {sched}"].append((int(size), b["peak_working_bytes"] / 2**20))
+    if train:
+        rs = rows(train)
+        out.append("## Training step of VGG16 and Darknet19 by image size (segtile CPU schedule)\n")
+        out.append("Caps are fractions of the untiled step's peak working memory; `none` is the untiled step. "
+                   "Tiled runs under caps come with the planner (issue 4).\n")
+
+        def key(b):
+            model, size, cap = parse_step(b, r"BM_TrainStep/([^/]+)/size:(\d+)/cap:([^/]+)")
+            return [model, size, cap.replace("_", "/")]
+
+        step_table(rs, out, ["model", "size", "cap"], key)
+        for b in rs:
+            if failed(b):
+                continue
+            model, size, cap = key(b)
+            name = f"{model} segtile_cpu" + ("" if cap == "none" else f" cap {cap}")
+            times[name] = [p for p in times[name] if p[0] != int(size)] + [(int(size), b["seconds_per_step"])]
+            mems[name] = [p for p in mems[name] if p[0] != int(size)] + [(int(size), b["peak_working_bytes"] / 2**20)]
+    if times:
+        plot_lines(times, "seconds per step", "Training step time", os.path.join(img_dir, "step_seconds.png"), True)
+        plot_lines(mems, "peak working memory (MiB)", "Training step peak working memory",
+                   os.path.join(img_dir, "step_peak_memory.png"), True)
+        out.append("![seconds per step](img/step_seconds.png) ![peak working memory](img/step_peak_memory.png)\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--results", default=os.path.join(here, "results"))
+    ap.add_argument("--docs", default=os.path.join(here, "..", "docs"))
+    a = ap.parse_args()
+    img_dir = os.path.join(a.docs, "img")
+    os.makedirs(img_dir, exist_ok=True)
+    docs, runs = {}, []
+    for n in ["machine_peak", "layers", "peers", "train_step"]:
+        docs[n], r = load_suite(a.results, n)
+        runs += r
+    out = [BEGIN, ""]
+    out.append(f"Machine: {machine()}. Generated by `bench/report.py` from `bench/results/*.json`, written by\n")
+    out.append("```sh\nbench/run_all.sh            # builds, runs every suite below, then this report\n"
+               "bench/run_all.sh --long     # adds the long sizes (hours)\n```\n")
+    out.append("which runs, in the build folder that `scripts/build.sh` prints:\n")
+    out.append("```sh\nmachine_peak_bench --benchmark_out=bench/results/machine_peak.json --benchmark_out_format=json\n"
+               "layer_bench      --peak_gflops=P --benchmark_out=bench/results/layers.json --benchmark_out_format=json\n"
+               "peers_bench      --peak_gflops=P --benchmark_out=bench/results/peers.json --benchmark_out_format=json\n"
+               "train_step_bench --peak_gflops=P --benchmark_out=bench/results/train_step.json "
+               "--benchmark_out_format=json\n```\n")
+    ps = sorted({b["peak_gflops"] for d in docs.values() if d for b in rows(d) if "peak_gflops" in b})
+    out.append("P is the float32 all-core FMA peak (machine_peak_bench's `BM_FmaPeak/bits:32/threads:0`); every "
+               "\"fraction of peak\" divides useful GFLOP/s by it. "
+               + (f"These runs used P = {', '.join(num(p) for p in ps)} GFLOP/s (counter `peak_gflops`). " if ps else "")
+               + "Runs (date, load average when each file's suite started):\n")
+    for name, d in runs:
+        out.append(f"- {context_line(d, name)}")
+    out.append("")
+    out.append("**These numbers were measured while other jobs (builds and tests of three other agents) ran on "
+               "the same 2 cores** (see the load averages): timings are noisy and pessimistic, up to several "
+               "times slower than on an idle machine, and are to be rerun. Each configuration ran in its own "
+               "process (`bench/isolated_run.h`), so the high-water marks are per configuration; they include "
+               "the JIT compiler's own memory.\n")
+    if docs["machine_peak"]:
+        peak_section(docs["machine_peak"], out)
+    if docs["layers"]:
+        layers_section(docs["layers"], out, img_dir)
+    steps_section(docs["peers"], docs["train_step"], out, img_dir)
+    out.append(END)
+    generated = "\n".join(out) + "\n"
+
+    path = os.path.join(a.docs, "benchmarks.md")
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        pre, rest = text.split(BEGIN, 1)
+        post = rest.split(END, 1)[1].lstrip("\n")
+        text = pre + generated + "\n" + post
+    else:  # first run: after the title, before the hand-written sections
+        lines = text.split("\n", 1)
+        text = lines[0] + "\n\n" + generated + "\n" + (lines[1].lstrip("\n") if len(lines) > 1 else "")
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
