@@ -1,5 +1,7 @@
 #include "autoscheduler/plugin/apply_plan.h"
 
+#include "autoscheduler/plugin/group_regions.h"
+
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -19,6 +21,15 @@ public:
         if (funcs_.insert(id).second) {
             declarations_ << "Func " << id << " = pipeline.get_func(" << n.pipeline_index << ");\n";
         }
+        return id;
+    }
+    // A copy of `n` called only from `callers` (Func::clone_in).
+    std::string clone(const FuncNode &n, const std::string &group, const std::vector<std::string> &callers) {
+        const std::string id = identifier(n.func.name() + "_in_" + group);
+        declarations_ << "Func " << id << " = " << func(n) << ".clone_in({";
+        for (size_t i = 0; i < callers.size(); i++) declarations_ << (i ? ", " : "") << callers[i];
+        declarations_ << "});\n";
+        funcs_.insert(id);
         return id;
     }
     std::string var(const std::string &name) {
@@ -98,7 +109,16 @@ void schedule_untiled_root(const FuncNode &n, ScheduleSource &src) {
 
 // A group output tiled in its first two dimensions (the rest inside each
 // tile), tiles fused into one parallel loop, members computed per tile.
-void schedule_group(const PipelineGraph &graph, const Group &g, ScheduleSource &src) {
+// The Func (original or clone) that computes a node in a group, and its
+// name in the schedule source.
+struct Handle {
+    Func func;
+    std::string id;
+};
+using Handles = std::map<std::pair<int, int>, Handle>;  // (node, group index)
+
+void schedule_group(const PipelineGraph &graph, const Group &g, int group, const Handles &handles,
+                    ScheduleSource &src) {
     const FuncNode &n = graph.node(g.output);
     Func f(n.func);
     const std::string fid = src.func(n);
@@ -150,16 +170,16 @@ void schedule_group(const PipelineGraph &graph, const Group &g, ScheduleSource &
         src.body << ".vectorize(" << src.var(inner[0].name()) << ", " << n.vector_width << ", TailStrategy::ShiftInwards)";
     }
     src.body << ";\n";
+    const std::optional<MemberExtents> extents = member_extents(graph, g, g.tile);
     for (int m : g.members) {
         const FuncNode &mn = graph.node(m);
-        Func mf(mn.func);
+        const Handle &h = handles.at({m, group});
+        Func mf = h.func;
         // On the heap: Halide would put small constant-size tiles on the
         // stack, out of reach of the memory model's (and a user's) malloc.
         mf.compute_at(tile_level).store_in(MemoryType::Heap);
-        src.body << src.func(mn) << ".compute_at(" << fid << ", " << tile_level_src
-                 << ").store_in(MemoryType::Heap)";
-        std::optional<Extents> ext = graph.tile_extents(g.output, m, g.tile);
-        if (ext && (*ext)[0] >= mn.vector_width && mn.vector_width > 1) {
+        src.body << h.id << ".compute_at(" << fid << ", " << tile_level_src << ").store_in(MemoryType::Heap)";
+        if (extents && extents->at(m)[0] >= mn.vector_width && mn.vector_width > 1) {
             // GuardWithIf: RoundUp would compute (and read inputs) past the
             // region, and ShiftInwards before it where a tile's region is
             // narrower than a vector.
@@ -171,16 +191,52 @@ void schedule_group(const PipelineGraph &graph, const Group &g, ScheduleSource &
     }
 }
 
+// A member computed in several groups is the original Func in the first
+// and a clone, called only from that group's Funcs, in each other. Callers
+// come first (higher realization index), so their handles exist already.
+Handles make_handles(const PipelineGraph &graph, const Plan &plan, ScheduleSource &src) {
+    Handles handles;
+    std::map<int, std::vector<int>> groups_of;
+    for (size_t g = 0; g < plan.groups.size(); g++) {
+        const FuncNode &out = graph.node(plan.groups[g].output);
+        handles[{plan.groups[g].output, static_cast<int>(g)}] = {Func(out.func), src.func(out)};
+        for (int m : plan.groups[g].members) groups_of[m].push_back(static_cast<int>(g));
+    }
+    for (auto it = groups_of.rbegin(); it != groups_of.rend(); ++it) {
+        const int m = it->first;
+        const FuncNode &n = graph.node(m);
+        for (size_t i = 0; i < it->second.size(); i++) {
+            const int g = it->second[i];
+            if (i == 0) {
+                handles[{m, g}] = {Func(n.func), src.func(n)};
+                continue;
+            }
+            std::vector<Func> callers;
+            std::vector<std::string> caller_ids;
+            for (int c : n.consumers) {
+                auto h = handles.find({c, g});
+                if (h == handles.end()) continue;
+                callers.push_back(h->second.func);
+                caller_ids.push_back(h->second.id);
+            }
+            Func clone = Func(n.func).clone_in(callers);
+            handles[{m, g}] = {clone, src.clone(n, graph.node(plan.groups[g].output).func.name(), caller_ids)};
+        }
+    }
+    return handles;
+}
+
 }  // namespace
 
 std::string apply_plan(const PipelineGraph &graph, const Plan &plan) {
     ScheduleSource src;
-    for (const Group &g : plan.groups) {
-        const FuncNode &n = graph.node(g.output);
+    const Handles handles = make_handles(graph, plan, src);
+    for (size_t g = 0; g < plan.groups.size(); g++) {
+        const FuncNode &n = graph.node(plan.groups[g].output);
         if (n.func.has_update_definition() || n.func.has_extern_definition() || n.func.dimensions() == 0) {
             schedule_untiled_root(n, src);
         } else {
-            schedule_group(graph, g, src);
+            schedule_group(graph, plan.groups[g], static_cast<int>(g), handles, src);
         }
     }
     return src.str();

@@ -51,7 +51,68 @@ Box estimate_box(const Function &f) {
     return box;
 }
 
-std::string tile_var(const std::string &kind, int d) { return "segtile_tile_" + kind + std::to_string(d); }
+std::string region_var(const std::string &kind, int d) { return "segtile_region_" + kind + std::to_string(d); }
+
+// Integer value of a bounds expression, given its variables: much faster
+// than substitute + simplify, which the search would call millions of times.
+std::optional<int64_t> evaluate(const Expr &e, const std::map<std::string, int64_t> &vars) {
+    auto both = [&](const Expr &a, const Expr &b) -> std::optional<std::pair<int64_t, int64_t>> {
+        std::optional<int64_t> x = evaluate(a, vars), y = evaluate(b, vars);
+        if (!x || !y) return std::nullopt;
+        return std::make_pair(*x, *y);
+    };
+    if (const IntImm *i = e.as<IntImm>()) return i->value;
+    if (const UIntImm *u = e.as<UIntImm>()) return static_cast<int64_t>(u->value);
+    if (const Variable *v = e.as<Variable>()) {
+        auto it = vars.find(v->name);
+        if (it == vars.end()) return std::nullopt;
+        return it->second;
+    }
+    if (const Cast *c = e.as<Cast>()) return c->type.is_int_or_uint() ? evaluate(c->value, vars) : std::nullopt;
+    if (const Add *o = e.as<Add>()) { auto p = both(o->a, o->b); if (p) return p->first + p->second; return std::nullopt; }
+    if (const Sub *o = e.as<Sub>()) { auto p = both(o->a, o->b); if (p) return p->first - p->second; return std::nullopt; }
+    if (const Mul *o = e.as<Mul>()) { auto p = both(o->a, o->b); if (p) return p->first * p->second; return std::nullopt; }
+    if (const Div *o = e.as<Div>()) {
+        auto p = both(o->a, o->b);
+        if (p && p->second != 0) return div_imp(p->first, p->second);  // Halide rounds down
+        return std::nullopt;
+    }
+    if (const Mod *o = e.as<Mod>()) {
+        auto p = both(o->a, o->b);
+        if (p && p->second != 0) return mod_imp(p->first, p->second);
+        return std::nullopt;
+    }
+    if (const Min *o = e.as<Min>()) { auto p = both(o->a, o->b); if (p) return std::min(p->first, p->second); return std::nullopt; }
+    if (const Max *o = e.as<Max>()) { auto p = both(o->a, o->b); if (p) return std::max(p->first, p->second); return std::nullopt; }
+    if (const LT *o = e.as<LT>()) { auto p = both(o->a, o->b); if (p) return p->first < p->second; return std::nullopt; }
+    if (const LE *o = e.as<LE>()) { auto p = both(o->a, o->b); if (p) return p->first <= p->second; return std::nullopt; }
+    if (const GT *o = e.as<GT>()) { auto p = both(o->a, o->b); if (p) return p->first > p->second; return std::nullopt; }
+    if (const GE *o = e.as<GE>()) { auto p = both(o->a, o->b); if (p) return p->first >= p->second; return std::nullopt; }
+    if (const EQ *o = e.as<EQ>()) { auto p = both(o->a, o->b); if (p) return p->first == p->second; return std::nullopt; }
+    if (const NE *o = e.as<NE>()) { auto p = both(o->a, o->b); if (p) return p->first != p->second; return std::nullopt; }
+    if (const And *o = e.as<And>()) { auto p = both(o->a, o->b); if (p) return p->first && p->second; return std::nullopt; }
+    if (const Or *o = e.as<Or>()) { auto p = both(o->a, o->b); if (p) return p->first || p->second; return std::nullopt; }
+    if (const Not *o = e.as<Not>()) { auto x = evaluate(o->a, vars); if (x) return !*x; return std::nullopt; }
+    if (const Select *o = e.as<Select>()) {
+        std::optional<int64_t> c = evaluate(o->condition, vars);
+        if (!c) return std::nullopt;
+        return evaluate(*c ? o->true_value : o->false_value, vars);
+    }
+    if (const Let *l = e.as<Let>()) {
+        std::optional<int64_t> v = evaluate(l->value, vars);
+        if (!v) return std::nullopt;
+        std::map<std::string, int64_t> inner = vars;
+        inner[l->name] = *v;
+        return evaluate(l->body, inner);
+    }
+    if (const Call *c = e.as<Call>()) {
+        if (c->is_intrinsic(Call::likely) || c->is_intrinsic(Call::likely_if_innermost) ||
+            c->is_intrinsic(Call::promise_clamped) || c->is_intrinsic(Call::unsafe_promise_clamped)) {
+            return evaluate(c->args[0], vars);
+        }
+    }
+    return std::nullopt;
+}
 
 }  // namespace
 
@@ -114,62 +175,57 @@ PipelineGraph::PipelineGraph(const std::vector<Function> &outputs, const Target 
     }
 }
 
-const PipelineGraph::SymbolicRegions &PipelineGraph::symbolic_regions(int consumer) const {
-    auto cached = symbolic_.find(consumer);
-    if (cached != symbolic_.end()) return cached->second;
+const PipelineGraph::EdgeMaps &PipelineGraph::edge_maps(int consumer) const {
+    auto cached = edge_maps_.find(consumer);
+    if (cached != edge_maps_.end()) return cached->second;
     const Function &f = nodes_[consumer].func;
-    Box tile;
+    Scope<Interval> scope;
     for (int d = 0; d < f.dimensions(); d++) {
-        Expr min = Variable::make(Int(32), tile_var("min", d));
-        Expr extent = Variable::make(Int(32), tile_var("extent", d));
-        tile.push_back(Interval(min, min + extent - 1));
+        scope.push(f.args()[d], Interval(Variable::make(Int(32), region_var("min", d)),
+                                         Variable::make(Int(32), region_var("max", d))));
     }
-    SymbolicRegions regions;
-    for (const auto &[name, box] : inference_bounds(Func(f), tile)) {
-        if (name == f.name() || !index_.count(name)) continue;
-        std::vector<Expr> extents;
-        for (size_t d = 0; d < box.size(); d++) {
-            extents.push_back(box[d].is_bounded() ? simplify(substitute_var_estimates(box[d].max - box[d].min + 1))
-                                                  : Expr());
+    std::map<std::string, Box> boxes;
+    for (const Expr &v : f.values()) {
+        for (const auto &[name, box] : boxes_required(v, scope)) {
+            auto it = boxes.find(name);
+            boxes[name] = it == boxes.end() ? box : box_union(it->second, box);
         }
-        regions[name] = extents;
     }
-    return symbolic_[consumer] = regions;
+    EdgeMaps maps;
+    for (const auto &[name, box] : boxes) {
+        auto it = index_.find(name);
+        if (it == index_.end() || it->second == consumer) continue;
+        std::vector<std::pair<Expr, Expr>> dims;
+        for (size_t d = 0; d < box.size(); d++) {
+            if (!box[d].is_bounded()) {
+                dims.emplace_back();
+            } else {
+                dims.emplace_back(simplify(substitute_var_estimates(box[d].min)),
+                                  simplify(substitute_var_estimates(box[d].max)));
+            }
+        }
+        maps[it->second] = dims;
+    }
+    return edge_maps_[consumer] = maps;
 }
 
-std::optional<Extents> PipelineGraph::tile_extents(int consumer, int producer, const Extents &tile) const {
-    auto key = std::make_pair(std::make_pair(consumer, producer), tile);
-    auto cached = tile_cache_.find(key);
-    if (cached != tile_cache_.end()) return cached->second;
-    std::optional<Extents> result;
-    const SymbolicRegions &regions = symbolic_regions(consumer);
-    auto it = regions.find(nodes_[producer].func.name());
-    if (it != regions.end()) {
-        // The tile may sit anywhere: at the start of the region, one past it,
-        // or in the middle at and just before a power-of-two boundary (where
-        // floor divisions of down/upsampling round worst). Keep the largest.
-        const FuncNode &c = nodes_[consumer];
-        Extents worst(it->second.size(), 0);
-        bool bounded = true;
-        for (int placement = 0; placement < 4 && bounded; placement++) {
-            std::map<std::string, Expr> values;
-            for (size_t d = 0; d < tile.size(); d++) {
-                int64_t half = 1;
-                while (half * 2 <= c.full[d] / 2) half *= 2;
-                const int64_t mins[4] = {0, 1, half, half - 1};
-                values[tile_var("min", d)] = Expr(static_cast<int32_t>(c.full_min[d] + mins[placement]));
-                values[tile_var("extent", d)] = Expr(static_cast<int32_t>(tile[d]));
-            }
-            for (size_t d = 0; d < it->second.size() && bounded; d++) {
-                std::optional<int64_t> e;
-                if (it->second[d].defined()) e = as_const_int(simplify(substitute(values, it->second[d])));
-                if (!e) bounded = false;
-                else worst[d] = std::max(worst[d], *e);
-            }
-        }
-        if (bounded) result = worst;
+std::optional<Region> PipelineGraph::required_region(int consumer, int producer, const Region &region) const {
+    const EdgeMaps &maps = edge_maps(consumer);
+    auto it = maps.find(producer);
+    if (it == maps.end()) return std::nullopt;
+    std::map<std::string, int64_t> values;
+    for (size_t d = 0; d < region.size(); d++) {
+        values[region_var("min", d)] = region[d].min;
+        values[region_var("max", d)] = region[d].max;
     }
-    return tile_cache_[key] = result;
+    Region result;
+    for (const auto &[min, max] : it->second) {
+        if (!min.defined() || !max.defined()) return std::nullopt;
+        std::optional<int64_t> lo = evaluate(min, values), hi = evaluate(max, values);
+        if (!lo || !hi) return std::nullopt;
+        result.push_back({*lo, *hi});
+    }
+    return result;
 }
 
 }  // namespace segtile::plugin

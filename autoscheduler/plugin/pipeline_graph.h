@@ -1,7 +1,7 @@
 // The pipeline as the Segtile plugin sees it: its Funcs in Halide's
 // realization order, who calls whom, what one point of each costs and
 // weighs, the region of each that the output estimates require, and (on
-// demand) the region of a producer that one tile of a consumer requires.
+// demand) the region of a producer that a region of a consumer reads.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,10 @@
 namespace segtile::plugin {
 
 using Extents = std::vector<int64_t>;
+struct Interval64 {
+    int64_t min = 0, max = -1;
+};
+using Region = std::vector<Interval64>;
 
 struct FuncNode {
     Halide::Internal::Function func;
@@ -40,23 +44,21 @@ public:
     const FuncNode &node(int i) const { return nodes_[i]; }
     int size() const { return static_cast<int>(nodes_.size()); }
 
-    // Extents of `producer` that one tile of `consumer` (tile extents per
-    // consumer dimension, tile min anywhere) requires; nullopt when Halide's
-    // bounds inference finds that region unbounded or not constant. Assumes
-    // every Func between them is computed per tile too.
-    std::optional<Extents> tile_extents(int consumer, int producer, const Extents &tile) const;
+    // The region of `producer` that computing `consumer`'s pure definition
+    // over `region` reads (Halide's boxes_required, evaluated); nullopt when
+    // it is unbounded or depends on more than the region.
+    std::optional<Region> required_region(int consumer, int producer, const Region &region) const;
 
 private:
-    // Per consumer: producer name -> extent Exprs in terms of the tile's
-    // symbolic mins and extents (see tile_extents).
-    using SymbolicRegions = std::map<std::string, std::vector<Halide::Expr>>;
-    const SymbolicRegions &symbolic_regions(int consumer) const;
+    // Per consumer and producer: the min and max Exprs of the producer's
+    // required box, per dimension, in terms of the consumer's region
+    // bounds (undefined where unbounded).
+    using EdgeMaps = std::map<int, std::vector<std::pair<Halide::Expr, Halide::Expr>>>;
+    const EdgeMaps &edge_maps(int consumer) const;
 
     std::vector<FuncNode> nodes_;
     std::map<std::string, int> index_;
-    // Caches: bounds inference is the slow part of the search.
-    mutable std::map<int, SymbolicRegions> symbolic_;
-    mutable std::map<std::pair<std::pair<int, int>, Extents>, std::optional<Extents>> tile_cache_;
+    mutable std::map<int, EdgeMaps> edge_maps_;  // cache: bounds inference is slow
 };
 
 }  // namespace segtile::plugin

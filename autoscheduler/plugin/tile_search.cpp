@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "autoscheduler/plugin/group_regions.h"
+
 namespace segtile::plugin {
 
 namespace {
@@ -34,20 +36,17 @@ struct GroupEstimate {
     double ideal = 0;        // every Func computed once
 };
 
-std::optional<GroupEstimate> estimate_group(const PipelineGraph &graph, const Group &g, const Extents &tile) {
+GroupEstimate estimate_group(const PipelineGraph &graph, const Group &g, const Extents &tile,
+                             const MemberExtents &extents) {
     const FuncNode &out = graph.node(g.output);
     GroupEstimate e;
     double per_tile = points(tile) * out.cost_per_point;
     e.ideal = points(out.full) * out.cost_per_point;
-    for (int m : g.members) {
-        std::optional<Extents> ext = graph.tile_extents(g.output, m, tile);
-        if (!ext) return std::nullopt;
-        per_tile += points(*ext) * graph.node(m).cost_per_point;
+    for (const auto &[m, ext] : extents) {
+        per_tile += points(ext) * graph.node(m).cost_per_point;
         e.ideal += points(graph.node(m).full) * graph.node(m).cost_per_point;
     }
-    std::optional<int64_t> bytes = group_tile_bytes(graph, g, tile);
-    if (!bytes) return std::nullopt;
-    e.tile_bytes = *bytes;
+    e.tile_bytes = tile_live_bytes(graph, g, extents);
     e.work = per_tile * static_cast<double>(tile_count(out, tile));
     return e;
 }
@@ -64,46 +63,51 @@ double group_time(const PipelineGraph &graph, const Group &g, const Extents &til
     return time;
 }
 
-struct Grouping {
-    Plan plan;
-    std::vector<int> group_of;
+struct GroupingBounds {
+    double max_recompute;      // R: group work over ideal work
+    int64_t max_tile_bytes;    // S: member bytes of the tiles running at once
+    int64_t cut_below_bytes;   // C: Funcs this small are stored, not fused
+    bool recompute_shared;     // Funcs called from several groups are recomputed in each
 };
 
-Grouping greedy_grouping(const PipelineGraph &graph, const SearchOptions &o, double max_recompute, int64_t max_tile_bytes,
-                         int64_t cut_below_bytes) {
-    Grouping result;
+// Whether some tile of the group (with `f` added) meets the bounds.
+bool fits(const PipelineGraph &graph, GroupRegionCache &cache, const Group &g, const SearchOptions &o,
+          const GroupingBounds &b) {
+    const std::vector<Extents> &tiles = cache.tiles(g.output);
+    for (size_t t = 0; t < tiles.size(); t++) {
+        std::optional<MemberExtents> extents = cache.extents(g.output, g.members, t);
+        if (!extents) continue;
+        const GroupEstimate e = estimate_group(graph, g, tiles[t], *extents);
+        const int64_t live = e.tile_bytes * concurrent_tiles(graph.node(g.output), tiles[t], o.parallelism);
+        if (live <= b.max_tile_bytes && e.work <= b.max_recompute * e.ideal) return true;
+    }
+    return false;
+}
+
+Plan greedy_grouping(const PipelineGraph &graph, GroupRegionCache &cache, const SearchOptions &o,
+                     const GroupingBounds &b) {
     std::vector<Group> groups;
-    std::vector<int> group_of(graph.size(), -1);
+    std::vector<std::set<int>> groups_of(graph.size());  // groups computing each node
     for (int i = graph.size() - 1; i >= 0; i--) {
         const FuncNode &n = graph.node(i);
-        int join = -1;
         // Small Funcs are cut even where they could fuse: storing them costs
         // little memory and saves their recomputation in every tile (the
         // coarse levels of a pyramid).
-        const bool cut = root_bytes(graph, i) <= cut_below_bytes;
-        if (!n.must_be_root && !n.consumers.empty() && !cut) {
-            const int g = group_of[n.consumers[0]];
-            const bool one_group = std::all_of(n.consumers.begin(), n.consumers.end(),
-                                               [&](int c) { return group_of[c] == g; });
-            if (one_group && fusable_output(graph.node(groups[g].output))) {
-                Group candidate = groups[g];
-                candidate.members.push_back(i);
-                for (const Extents &tile : tile_candidates(graph.node(candidate.output))) {
-                    std::optional<GroupEstimate> e = estimate_group(graph, candidate, tile);
-                    if (!e) break;  // unbounded region: not fusable at any tile
-                    const int64_t live = e->tile_bytes * concurrent_tiles(graph.node(candidate.output), tile, o.parallelism);
-                    if (live <= max_tile_bytes && e->work <= max_recompute * e->ideal) {
-                        join = g;
-                        break;
-                    }
-                }
-            }
+        const bool cut = n.must_be_root || n.consumers.empty() || root_bytes(graph, i) <= b.cut_below_bytes;
+        std::set<int> targets;
+        for (int c : n.consumers) targets.insert(groups_of[c].begin(), groups_of[c].end());
+        bool join = !cut && (targets.size() == 1 || b.recompute_shared);
+        for (int g : targets) {
+            if (!join) break;
+            Group candidate = groups[g];
+            candidate.members.push_back(i);
+            join = fusable_output(graph.node(candidate.output)) && fits(graph, cache, candidate, o, b);
         }
-        if (join >= 0) {
-            groups[join].members.push_back(i);
-            group_of[i] = join;
+        if (join) {
+            for (int g : targets) groups[g].members.push_back(i);
+            groups_of[i] = targets;
         } else {
-            group_of[i] = static_cast<int>(groups.size());
+            groups_of[i] = {static_cast<int>(groups.size())};
             Group g;
             g.output = i;
             g.tile = n.full;
@@ -111,17 +115,16 @@ Grouping greedy_grouping(const PipelineGraph &graph, const SearchOptions &o, dou
         }
     }
     // Execution order is the realization order of the group outputs.
-    std::sort(groups.begin(), groups.end(), [](const Group &a, const Group &b) { return a.output < b.output; });
+    std::sort(groups.begin(), groups.end(), [](const Group &a, const Group &c) { return a.output < c.output; });
     for (Group &g : groups) std::sort(g.members.begin(), g.members.end());
-    result.plan.groups = groups;
-    return result;
+    return Plan{groups};
 }
 
 // Picks each group's fastest tile that fits the cap. Returns the plan's
 // cost, or nullopt if some group fits at no tile; `needed` gets the
 // smallest cap this grouping could fit.
-std::optional<double> choose_tiles(const PipelineGraph &graph, Plan &plan, const SearchOptions &o, int64_t cap,
-                                   int64_t &needed) {
+std::optional<double> choose_tiles(const PipelineGraph &graph, GroupRegionCache &cache, Plan &plan,
+                                   const SearchOptions &o, int64_t cap, int64_t &needed) {
     const std::vector<int64_t> live = live_root_bytes(graph, plan);
     bool feasible = true;
     double cost = 0;
@@ -139,16 +142,18 @@ std::optional<double> choose_tiles(const PipelineGraph &graph, Plan &plan, const
         }
         double best = std::numeric_limits<double>::infinity();
         int64_t least = kUnlimited;
-        for (const Extents &tile : tile_candidates(out)) {
-            std::optional<GroupEstimate> e = estimate_group(graph, g, tile);
-            if (!e) continue;
-            const int64_t total = live[s] + e->tile_bytes * concurrent_tiles(out, tile, o.parallelism);
+        const std::vector<Extents> &tiles = cache.tiles(g.output);
+        for (size_t t = 0; t < tiles.size(); t++) {
+            std::optional<MemberExtents> extents = cache.extents(g.output, g.members, t);
+            if (!extents) continue;
+            const GroupEstimate e = estimate_group(graph, g, tiles[t], *extents);
+            const int64_t total = live[s] + e.tile_bytes * concurrent_tiles(out, tiles[t], o.parallelism);
             least = std::min(least, total);
             if (total > cap) continue;
-            const double t = group_time(graph, g, tile, *e, o);
-            if (t < best) {
-                best = t;
-                g.tile = tile;
+            const double time = group_time(graph, g, tiles[t], e, o);
+            if (time < best) {
+                best = time;
+                g.tile = tiles[t];
             }
         }
         needed = std::max(needed, least);
@@ -197,30 +202,27 @@ SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
     std::vector<int64_t> cut_bounds = {0};
     for (int64_t b = 4096; b <= (int64_t(1) << 24); b *= 4) cut_bounds.push_back(b);
 
+    GroupRegionCache cache(graph, &tile_candidates);
     std::optional<SearchResult> best;
     int64_t smallest_cap = kUnlimited;
-    std::set<std::vector<int>> seen;  // groupings already costed, by group of each Func
-    for (double r : recompute_bounds) {
-        for (int64_t s : tile_bounds) {
-          for (int64_t c : cut_bounds) {
-            Grouping grouping = greedy_grouping(graph, o, r, s, c);
-            std::vector<int> key(graph.size());
-            for (size_t g = 0; g < grouping.plan.groups.size(); g++) {
-                key[grouping.plan.groups[g].output] = static_cast<int>(g);
-                for (int m : grouping.plan.groups[g].members) key[m] = static_cast<int>(g);
+    std::set<std::vector<std::vector<int>>> seen;  // groupings already costed
+    for (bool shared : {false, true}) {
+        for (double r : recompute_bounds) {
+            for (int64_t s : tile_bounds) {
+                for (int64_t c : cut_bounds) {
+                    Plan plan = greedy_grouping(graph, cache, o, {r, s, c, shared});
+                    std::vector<std::vector<int>> key;
+                    for (const Group &g : plan.groups) {
+                        key.push_back(g.members);
+                        key.back().push_back(g.output);
+                    }
+                    if (!seen.insert(key).second) continue;
+                    int64_t needed = 0;
+                    std::optional<double> cost = choose_tiles(graph, cache, plan, o, cap, needed);
+                    smallest_cap = std::min(smallest_cap, needed);
+                    if (cost && (!best || *cost < best->cost)) best = SearchResult{plan, {}, *cost};
+                }
             }
-            if (!seen.insert(key).second) continue;
-            int64_t needed = 0;
-            std::optional<double> cost = choose_tiles(graph, grouping.plan, o, cap, needed);
-            smallest_cap = std::min(smallest_cap, needed);
-            if (cost && (!best || *cost < best->cost)) {
-                SearchResult r;
-                r.plan = grouping.plan;
-                r.cost = *cost;
-                r.memory = predict_memory(graph, r.plan, o.parallelism);
-                best = r;
-            }
-          }
         }
     }
     if (!best) {
@@ -230,6 +232,7 @@ SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
             << " bytes. Raise autoscheduler.memory_cap to at least that, lower parallelism, or shrink the estimates.";
         throw Halide::CompileError(msg.str());
     }
+    best->memory = predict_memory(graph, best->plan, o.parallelism);
     return *best;
 }
 

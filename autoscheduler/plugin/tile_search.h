@@ -7,7 +7,9 @@
 // group's recomputation below a bound R and its tile working set below a
 // bound S, and that cuts every Func whose whole region is at most C bytes
 // (small coarse levels are cheaper stored than recomputed in every tile).
-// Every (R, S, C) of a small grid gives one grouping; each grouping
+// A Func called from several groups is cut, or (option D) recomputed in
+// each of them (Func::clone_in). Every (R, S, C, D) of a small grid gives one
+// grouping; each grouping
 // then gets, per group, the fastest tile that fits the cap next to the root
 // allocations alive at that time. The fastest plan that fits wins.
 #pragma once
