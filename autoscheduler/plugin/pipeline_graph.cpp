@@ -53,46 +53,51 @@ Box estimate_box(const Function &f) {
 
 std::string region_var(const std::string &kind, int d) { return "segtile_region_" + kind + std::to_string(d); }
 
+using Values = std::map<std::string, int64_t>;
+
+std::optional<int64_t> evaluate(const Expr &e, const Values &vars);
+
+template<typename Op>
+std::optional<int64_t> binary(const Expr &a, const Expr &b, const Values &vars, Op op) {
+    std::optional<int64_t> x = evaluate(a, vars), y = evaluate(b, vars);
+    if (!x || !y) return std::nullopt;
+    return op(*x, *y);
+}
+
 // Integer value of a bounds expression, given its variables: much faster
 // than substitute + simplify, which the search would call millions of times.
-std::optional<int64_t> evaluate(const Expr &e, const std::map<std::string, int64_t> &vars) {
-    auto both = [&](const Expr &a, const Expr &b) -> std::optional<std::pair<int64_t, int64_t>> {
-        std::optional<int64_t> x = evaluate(a, vars), y = evaluate(b, vars);
-        if (!x || !y) return std::nullopt;
-        return std::make_pair(*x, *y);
-    };
+std::optional<int64_t> evaluate(const Expr &e, const Values &vars) {
+    using I = int64_t;
     if (const IntImm *i = e.as<IntImm>()) return i->value;
-    if (const UIntImm *u = e.as<UIntImm>()) return static_cast<int64_t>(u->value);
+    if (const UIntImm *u = e.as<UIntImm>()) return static_cast<I>(u->value);
     if (const Variable *v = e.as<Variable>()) {
         auto it = vars.find(v->name);
         if (it == vars.end()) return std::nullopt;
         return it->second;
     }
     if (const Cast *c = e.as<Cast>()) return c->type.is_int_or_uint() ? evaluate(c->value, vars) : std::nullopt;
-    if (const Add *o = e.as<Add>()) { auto p = both(o->a, o->b); if (p) return p->first + p->second; return std::nullopt; }
-    if (const Sub *o = e.as<Sub>()) { auto p = both(o->a, o->b); if (p) return p->first - p->second; return std::nullopt; }
-    if (const Mul *o = e.as<Mul>()) { auto p = both(o->a, o->b); if (p) return p->first * p->second; return std::nullopt; }
-    if (const Div *o = e.as<Div>()) {
-        auto p = both(o->a, o->b);
-        if (p && p->second != 0) return div_imp(p->first, p->second);  // Halide rounds down
-        return std::nullopt;
+    if (const Add *o = e.as<Add>()) return binary(o->a, o->b, vars, [](I x, I y) { return x + y; });
+    if (const Sub *o = e.as<Sub>()) return binary(o->a, o->b, vars, [](I x, I y) { return x - y; });
+    if (const Mul *o = e.as<Mul>()) return binary(o->a, o->b, vars, [](I x, I y) { return x * y; });
+    // Halide's integer division rounds down and its modulus is never
+    // negative; div_imp / mod_imp are its own definitions (x / 0 is 0).
+    if (const Div *o = e.as<Div>()) return binary(o->a, o->b, vars, [](I x, I y) { return div_imp(x, y); });
+    if (const Mod *o = e.as<Mod>()) return binary(o->a, o->b, vars, [](I x, I y) { return mod_imp(x, y); });
+    if (const Min *o = e.as<Min>()) return binary(o->a, o->b, vars, [](I x, I y) { return std::min(x, y); });
+    if (const Max *o = e.as<Max>()) return binary(o->a, o->b, vars, [](I x, I y) { return std::max(x, y); });
+    if (const LT *o = e.as<LT>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x < y); });
+    if (const LE *o = e.as<LE>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x <= y); });
+    if (const GT *o = e.as<GT>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x > y); });
+    if (const GE *o = e.as<GE>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x >= y); });
+    if (const EQ *o = e.as<EQ>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x == y); });
+    if (const NE *o = e.as<NE>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x != y); });
+    if (const And *o = e.as<And>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x && y); });
+    if (const Or *o = e.as<Or>()) return binary(o->a, o->b, vars, [](I x, I y) { return I(x || y); });
+    if (const Not *o = e.as<Not>()) {
+        std::optional<I> x = evaluate(o->a, vars);
+        if (!x) return std::nullopt;
+        return I(!*x);
     }
-    if (const Mod *o = e.as<Mod>()) {
-        auto p = both(o->a, o->b);
-        if (p && p->second != 0) return mod_imp(p->first, p->second);
-        return std::nullopt;
-    }
-    if (const Min *o = e.as<Min>()) { auto p = both(o->a, o->b); if (p) return std::min(p->first, p->second); return std::nullopt; }
-    if (const Max *o = e.as<Max>()) { auto p = both(o->a, o->b); if (p) return std::max(p->first, p->second); return std::nullopt; }
-    if (const LT *o = e.as<LT>()) { auto p = both(o->a, o->b); if (p) return p->first < p->second; return std::nullopt; }
-    if (const LE *o = e.as<LE>()) { auto p = both(o->a, o->b); if (p) return p->first <= p->second; return std::nullopt; }
-    if (const GT *o = e.as<GT>()) { auto p = both(o->a, o->b); if (p) return p->first > p->second; return std::nullopt; }
-    if (const GE *o = e.as<GE>()) { auto p = both(o->a, o->b); if (p) return p->first >= p->second; return std::nullopt; }
-    if (const EQ *o = e.as<EQ>()) { auto p = both(o->a, o->b); if (p) return p->first == p->second; return std::nullopt; }
-    if (const NE *o = e.as<NE>()) { auto p = both(o->a, o->b); if (p) return p->first != p->second; return std::nullopt; }
-    if (const And *o = e.as<And>()) { auto p = both(o->a, o->b); if (p) return p->first && p->second; return std::nullopt; }
-    if (const Or *o = e.as<Or>()) { auto p = both(o->a, o->b); if (p) return p->first || p->second; return std::nullopt; }
-    if (const Not *o = e.as<Not>()) { auto x = evaluate(o->a, vars); if (x) return !*x; return std::nullopt; }
     if (const Select *o = e.as<Select>()) {
         std::optional<int64_t> c = evaluate(o->condition, vars);
         if (!c) return std::nullopt;

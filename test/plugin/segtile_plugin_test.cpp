@@ -101,16 +101,12 @@ protected:
     void SetUp() override { load_plugin(SEGTILE_PLUGIN_PATH); }
 };
 
-// No cap; caps below the everything-at-root peak, which force tiling; and
-// the smallest feasible cap itself: same outputs, peak under the cap.
-void check_caps(const std::string &name) {
-    const ScheduledRun reference = run_reference(name);
-    const int64_t smallest = smallest_feasible_cap(name);
-    ASSERT_GT(smallest, 0);
-    std::vector<std::optional<int64_t>> caps{std::nullopt};
-    for (int64_t c : std::vector<int64_t>{reference.peak / 2, reference.peak / 8, smallest}) {
-        if (c >= smallest && std::find(caps.begin(), caps.end(), c) == caps.end()) caps.push_back(c);
-    }
+// Runs the pipeline under each cap: same outputs as the reference, peak
+// under the cap and under the prediction, fused where the cap is below the
+// everything-at-root peak. Returns the schedules.
+std::vector<std::string> check_caps(const std::string &name, const ScheduledRun &reference,
+                                    const std::vector<std::optional<int64_t>> &caps) {
+    std::vector<std::string> schedules;
     for (const std::optional<int64_t> &cap : caps) {
         SCOPED_TRACE("memory_cap " + (cap ? std::to_string(*cap) : std::string("none")));
         const ScheduledRun run = run_segtile(name, cap);
@@ -124,12 +120,27 @@ void check_caps(const std::string &name) {
             EXPECT_LE(run.peak, *cap) << run.schedule;
             if (*cap < reference.peak) EXPECT_NE(run.schedule.find("compute_at"), std::string::npos) << run.schedule;
         }
+        schedules.push_back(run.schedule);
     }
+    return schedules;
+}
+
+// No cap; caps below the everything-at-root peak, which force tiling; and
+// the smallest feasible cap itself.
+void check_standard_caps(const std::string &name) {
+    const ScheduledRun reference = run_reference(name);
+    const int64_t smallest = smallest_feasible_cap(name);
+    ASSERT_GT(smallest, 0);
+    std::vector<std::optional<int64_t>> caps{std::nullopt};
+    for (int64_t c : std::vector<int64_t>{reference.peak / 2, reference.peak / 8, smallest}) {
+        if (c >= smallest && std::find(caps.begin(), caps.end(), c) == caps.end()) caps.push_back(c);
+    }
+    check_caps(name, reference, caps);
 }
 
 TEST_P(SegtilePlugin, MatchesReferenceAndFitsEachCap) {
     try {
-        check_caps(GetParam());
+        check_standard_caps(GetParam());
     } catch (const Halide::Error &e) {  // not a std::exception: say what it was
         FAIL() << "Halide error: " << e.what();
     }
@@ -149,6 +160,26 @@ TEST_P(SegtilePlugin, CapBelowSmallestFeasibleFailsNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(ForeignPipelines, SegtilePlugin,
                          ::testing::Values("blur_chain", "pyramid", "conv_relu_gradient"));
+
+// Between the smallest feasible cap and the root peak, the pyramid's best
+// plans recompute Gaussian levels shared by several groups (clone_in) rather
+// than store them: those plans must be as exact and as small as the others.
+TEST(SegtilePluginPyramid, RecomputedSharedLevelsAreExactAndFit) {
+    load_plugin(SEGTILE_PLUGIN_PATH);
+    try {
+        const ScheduledRun reference = run_reference("pyramid");
+        const int64_t smallest = smallest_feasible_cap("pyramid");
+        ASSERT_GT(smallest, 0);
+        std::vector<std::optional<int64_t>> caps;
+        for (int64_t c = smallest * 5 / 4; c < reference.peak; c *= 2) caps.push_back(c);
+        const std::vector<std::string> schedules = check_caps("pyramid", reference, caps);
+        EXPECT_TRUE(std::any_of(schedules.begin(), schedules.end(),
+                                [](const std::string &s) { return s.find("clone_in") != std::string::npos; }))
+            << "no plan recomputed a shared Func";
+    } catch (const Halide::Error &e) {
+        FAIL() << "Halide error: " << e.what();
+    }
+}
 
 TEST(SegtilePluginParams, UnknownParameterIsAnError) {
     load_plugin(SEGTILE_PLUGIN_PATH);
