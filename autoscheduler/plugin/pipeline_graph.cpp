@@ -174,7 +174,6 @@ PipelineGraph::PipelineGraph(const std::vector<Function> &outputs, const Target 
         for (const auto &[name, callee] : find_direct_calls(nodes_[i].func)) {
             auto it = index_.find(name);
             if (it == index_.end() || it->second == static_cast<int>(i)) continue;
-            nodes_[i].producers.push_back(it->second);
             nodes_[it->second].consumers.push_back(static_cast<int>(i));
         }
     }

@@ -23,7 +23,6 @@ using Region = std::vector<Interval64>;
 
 struct FuncNode {
     Halide::Internal::Function func;
-    std::vector<int> producers;  // node indices, earlier in realization order
     std::vector<int> consumers;  // node indices, later in realization order
     bool is_output = false;
     // Outputs, Funcs with update or extern definitions and scalar Funcs are
@@ -40,7 +39,6 @@ class PipelineGraph {
 public:
     PipelineGraph(const std::vector<Halide::Internal::Function> &outputs, const Halide::Target &target);
 
-    const std::vector<FuncNode> &nodes() const { return nodes_; }
     const FuncNode &node(int i) const { return nodes_[i]; }
     int size() const { return static_cast<int>(nodes_.size()); }
 
