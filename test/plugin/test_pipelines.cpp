@@ -1,5 +1,6 @@
 #include "test/plugin/test_pipelines.h"
 
+#include <cstdint>
 #include <stdexcept>
 
 namespace segtile::plugin_test {
@@ -12,9 +13,9 @@ namespace {
 Buffer<float> ramp_image(const std::vector<int> &sizes, float scale) {
     Buffer<float> b(sizes);
     b.for_each_element([&](const int *pos) {
-        int h = 17;
-        for (int d = 0; d < b.dimensions(); d++) h = h * 31 + pos[d] * (d + 3);
-        b(pos) = scale * static_cast<float>((h * 2654435761u) % 1000) / 1000.0f - scale / 2;
+        uint32_t h = 17;  // unsigned: the hash wraps around
+        for (int d = 0; d < b.dimensions(); d++) h = h * 31u + static_cast<uint32_t>(pos[d] * (d + 3));
+        b(pos) = scale * static_cast<float>((h * 2654435761u) % 1000u) / 1000.0f - scale / 2;
     });
     return b;
 }
