@@ -70,21 +70,51 @@ struct GroupingBounds {
     bool recompute_shared;     // Funcs called from several groups are recomputed in each
 };
 
-// Whether some tile of the group (with `f` added) meets the bounds.
-bool fits(const PipelineGraph &graph, GroupRegionCache &cache, const Group &g, const SearchOptions &o,
+// Estimates of a group at each tile candidate of its output, computed once
+// per (output, members): the grid of greedy passes meets the same groups
+// again and again.
+class GroupEstimates {
+public:
+    GroupEstimates(const PipelineGraph &graph, GroupRegionCache &regions) : graph_(graph), regions_(regions) {}
+
+    // Per tile candidate; nullopt where some member's region is unbounded.
+    const std::vector<std::optional<GroupEstimate>> &of(const Group &g) {
+        std::vector<int> members = g.members;
+        std::sort(members.begin(), members.end());
+        auto key = std::make_pair(g.output, members);
+        auto cached = cache_.find(key);
+        if (cached != cache_.end()) return cached->second;
+        const std::vector<Extents> &tiles = regions_.tiles(g.output);
+        std::vector<std::optional<GroupEstimate>> estimates(tiles.size());
+        for (size_t t = 0; t < tiles.size(); t++) {
+            std::optional<MemberExtents> extents = regions_.extents(g.output, members, t);
+            if (extents) estimates[t] = estimate_group(graph_, g, tiles[t], *extents);
+        }
+        return cache_[key] = estimates;
+    }
+
+    const std::vector<Extents> &tiles(int output) { return regions_.tiles(output); }
+
+private:
+    const PipelineGraph &graph_;
+    GroupRegionCache &regions_;
+    std::map<std::pair<int, std::vector<int>>, std::vector<std::optional<GroupEstimate>>> cache_;
+};
+
+// Whether some tile of the group meets the bounds.
+bool fits(const PipelineGraph &graph, GroupEstimates &estimates, const Group &g, const SearchOptions &o,
           const GroupingBounds &b) {
-    const std::vector<Extents> &tiles = cache.tiles(g.output);
+    const std::vector<Extents> &tiles = estimates.tiles(g.output);
+    const std::vector<std::optional<GroupEstimate>> &e = estimates.of(g);
     for (size_t t = 0; t < tiles.size(); t++) {
-        std::optional<MemberExtents> extents = cache.extents(g.output, g.members, t);
-        if (!extents) continue;
-        const GroupEstimate e = estimate_group(graph, g, tiles[t], *extents);
-        const int64_t live = e.tile_bytes * concurrent_tiles(graph.node(g.output), tiles[t], o.parallelism);
-        if (live <= b.max_tile_bytes && e.work <= b.max_recompute * e.ideal) return true;
+        if (!e[t]) continue;
+        const int64_t live = e[t]->tile_bytes * concurrent_tiles(graph.node(g.output), tiles[t], o.parallelism);
+        if (live <= b.max_tile_bytes && e[t]->work <= b.max_recompute * e[t]->ideal) return true;
     }
     return false;
 }
 
-Plan greedy_grouping(const PipelineGraph &graph, GroupRegionCache &cache, const SearchOptions &o,
+Plan greedy_grouping(const PipelineGraph &graph, GroupEstimates &estimates, const SearchOptions &o,
                      const GroupingBounds &b) {
     std::vector<Group> groups;
     std::vector<std::set<int>> groups_of(graph.size());  // groups computing each node
@@ -101,7 +131,7 @@ Plan greedy_grouping(const PipelineGraph &graph, GroupRegionCache &cache, const 
             if (!join) break;
             Group candidate = groups[g];
             candidate.members.push_back(i);
-            join = fusable_output(graph.node(candidate.output)) && fits(graph, cache, candidate, o, b);
+            join = fusable_output(graph.node(candidate.output)) && fits(graph, estimates, candidate, o, b);
         }
         if (join) {
             for (int g : targets) groups[g].members.push_back(i);
@@ -123,7 +153,7 @@ Plan greedy_grouping(const PipelineGraph &graph, GroupRegionCache &cache, const 
 // Picks each group's fastest tile that fits the cap. Returns the plan's
 // cost, or nullopt if some group fits at no tile; `needed` gets the
 // smallest cap this grouping could fit.
-std::optional<double> choose_tiles(const PipelineGraph &graph, GroupRegionCache &cache, Plan &plan,
+std::optional<double> choose_tiles(const PipelineGraph &graph, GroupEstimates &estimates, Plan &plan,
                                    const SearchOptions &o, int64_t cap, int64_t &needed) {
     const std::vector<int64_t> live = live_root_bytes(graph, plan);
     bool feasible = true;
@@ -142,15 +172,14 @@ std::optional<double> choose_tiles(const PipelineGraph &graph, GroupRegionCache 
         }
         double best = std::numeric_limits<double>::infinity();
         int64_t least = kUnlimited;
-        const std::vector<Extents> &tiles = cache.tiles(g.output);
+        const std::vector<Extents> &tiles = estimates.tiles(g.output);
+        const std::vector<std::optional<GroupEstimate>> &e = estimates.of(g);
         for (size_t t = 0; t < tiles.size(); t++) {
-            std::optional<MemberExtents> extents = cache.extents(g.output, g.members, t);
-            if (!extents) continue;
-            const GroupEstimate e = estimate_group(graph, g, tiles[t], *extents);
-            const int64_t total = live[s] + e.tile_bytes * concurrent_tiles(out, tiles[t], o.parallelism);
+            if (!e[t]) continue;
+            const int64_t total = live[s] + e[t]->tile_bytes * concurrent_tiles(out, tiles[t], o.parallelism);
             least = std::min(least, total);
             if (total > cap) continue;
-            const double time = group_time(graph, g, tiles[t], e, o);
+            const double time = group_time(graph, g, tiles[t], *e[t], o);
             if (time < best) {
                 best = time;
                 g.tile = tiles[t];
@@ -202,7 +231,8 @@ SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
     std::vector<int64_t> cut_bounds = {0};
     for (int64_t b = 4096; b <= (int64_t(1) << 24); b *= 4) cut_bounds.push_back(b);
 
-    GroupRegionCache cache(graph, &tile_candidates);
+    GroupRegionCache regions(graph, &tile_candidates);
+    GroupEstimates estimates(graph, regions);
     std::optional<SearchResult> best;
     int64_t smallest_cap = kUnlimited;
     std::set<std::vector<std::vector<int>>> seen;  // groupings already costed
@@ -210,7 +240,7 @@ SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
         for (double r : recompute_bounds) {
             for (int64_t s : tile_bounds) {
                 for (int64_t c : cut_bounds) {
-                    Plan plan = greedy_grouping(graph, cache, o, {r, s, c, shared});
+                    Plan plan = greedy_grouping(graph, estimates, o, {r, s, c, shared});
                     std::vector<std::vector<int>> key;
                     for (const Group &g : plan.groups) {
                         key.push_back(g.members);
@@ -218,7 +248,7 @@ SearchResult search_plan(const PipelineGraph &graph, const SearchOptions &o) {
                     }
                     if (!seen.insert(key).second) continue;
                     int64_t needed = 0;
-                    std::optional<double> cost = choose_tiles(graph, cache, plan, o, cap, needed);
+                    std::optional<double> cost = choose_tiles(graph, estimates, plan, o, cap, needed);
                     smallest_cap = std::min(smallest_cap, needed);
                     if (cost && (!best || *cost < best->cost)) best = SearchResult{plan, {}, *cost};
                 }
