@@ -6,13 +6,21 @@
 # segtile_add_training_step(NAME MODEL <file.json> [PRECISION float32|float64])
 #   The untiled training step: static library NAME, header NAME.h.
 #
-# segtile_add_model(NAME MODEL <file.json> [CUTS <layer>...] [PRECISION ...])
+# segtile_add_model(NAME MODEL <file.json> [CUTS <layer>...] [PRECISION ...] [TARGET cuda])
 #   Segmented fused-tiled training with the given cuts (layer names after
 #   which the trunk is cut; none: one segment): a forward and a backward tile
 #   kernel per segment and the untiled head, plus NAME.h declaring
 #     segtile::ModelKernels NAME_kernels(const segtile::Model &, segtile::MemoryLedger *);
 #     const char *NAME_cuts();   // "pool1,relu2", for segtile::parse_cuts
 #   Link NAME and segtile_runtime; no libHalide at run time.
+#
+# TARGET cuda builds the kernels for ${SEGTILE_CUDA_TARGET} with the GPU
+# schedule (autoscheduler/gpu_schedule.h). Halide's CUDA backend emits PTX
+# without a GPU, so these build everywhere; at run time the Halide runtime
+# loads libcuda and copies host buffers to the device by itself. They use
+# their own runtime, segtile_halide_runtime_cuda: a program links both
+# runtimes (every Halide runtime symbol is weak, so the linker keeps one
+# copy of what they share; the CUDA parts exist only in the CUDA one).
 #
 # Kernels carry a user_context (the runtime's KernelContext: memory ledger,
 # error text). Tile and image sizes are run-time values.
@@ -21,11 +29,28 @@ if (NOT TARGET segtile_halide_runtime)
   add_halide_runtime(segtile_halide_runtime)
 endif ()
 
-function(_segtile_kernel_library NAME MODEL PRECISION)
+# An explicit compute capability: a plain host-cuda target would query the
+# GPU of the build machine. 8.6 is the newest Halide 21 knows; newer GPUs
+# run its PTX.
+set(SEGTILE_CUDA_TARGET "x86-64-linux-cuda-cuda_capability_86" CACHE STRING
+    "Halide target of segtile_add_model(... TARGET cuda) libraries")
+
+# KIND: "" (the host) or "cuda".
+function(_segtile_kernel_library NAME MODEL PRECISION KIND)
+  if (KIND STREQUAL "cuda")
+    if (NOT TARGET segtile_halide_runtime_cuda)
+      add_halide_runtime(segtile_halide_runtime_cuda TARGETS ${SEGTILE_CUDA_TARGET})
+    endif ()
+    set(target_args TARGETS ${SEGTILE_CUDA_TARGET} USE_RUNTIME segtile_halide_runtime_cuda)
+  elseif (KIND STREQUAL "")
+    set(target_args USE_RUNTIME segtile_halide_runtime)
+  else ()
+    message(FATAL_ERROR "segtile: unknown TARGET '${KIND}' (none, or cuda)")
+  endif ()
   add_halide_library(${NAME} FROM segtile_generators
                      GENERATOR segtile_kernel
                      FEATURES user_context
-                     USE_RUNTIME segtile_halide_runtime
+                     ${target_args}
                      DEPENDS "${MODEL}"
                      PARAMS model_file=${MODEL} precision=${PRECISION} ${ARGN})
 endfunction()
@@ -36,11 +61,11 @@ function(segtile_add_training_step NAME)
     set(ARG_PRECISION float32)
   endif ()
   get_filename_component(model "${ARG_MODEL}" ABSOLUTE)
-  _segtile_kernel_library(${NAME} "${model}" ${ARG_PRECISION} untiled=true kind=head)
+  _segtile_kernel_library(${NAME} "${model}" ${ARG_PRECISION} "" untiled=true kind=head)
 endfunction()
 
 function(segtile_add_model NAME)
-  cmake_parse_arguments(ARG "" "MODEL;PRECISION" "CUTS" ${ARGN})
+  cmake_parse_arguments(ARG "" "MODEL;PRECISION;TARGET" "CUTS" ${ARGN})
   if (NOT ARG_PRECISION)
     set(ARG_PRECISION float32)
   endif ()
@@ -54,7 +79,7 @@ function(segtile_add_model NAME)
   foreach (s RANGE 0 ${ncuts})
     foreach (kind forward backward)
       set(lib ${NAME}_${kind}_${s})
-      _segtile_kernel_library(${lib} "${model}" ${ARG_PRECISION} cuts=${cuts} kind=${kind} segment=${s})
+      _segtile_kernel_library(${lib} "${model}" ${ARG_PRECISION} "${ARG_TARGET}" cuts=${cuts} kind=${kind} segment=${s})
       list(APPEND libs ${lib})
       string(APPEND includes "#include \"${lib}.h\"\n")
       string(APPEND body "    k.${kind}.push_back(std::make_unique<segtile::AotKernel>(\n"
@@ -63,7 +88,7 @@ function(segtile_add_model NAME)
   endforeach ()
   string(REPLACE "forward_kind" "Forward" body "${body}")
   string(REPLACE "backward_kind" "Backward" body "${body}")
-  _segtile_kernel_library(${NAME}_head "${model}" ${ARG_PRECISION} cuts=${cuts} kind=head)
+  _segtile_kernel_library(${NAME}_head "${model}" ${ARG_PRECISION} "${ARG_TARGET}" cuts=${cuts} kind=head)
   list(APPEND libs ${NAME}_head)
 
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/${NAME}_registry)
@@ -87,4 +112,7 @@ function(segtile_add_model NAME)
   add_library(${NAME} STATIC ${dir}/${NAME}.cpp)
   target_include_directories(${NAME} PUBLIC ${dir})
   target_link_libraries(${NAME} PUBLIC ${libs} segtile_runtime)
+  if (ARG_TARGET STREQUAL "cuda")
+    target_link_libraries(${NAME} PUBLIC segtile_halide_runtime_cuda)
+  endif ()
 endfunction()

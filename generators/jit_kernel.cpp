@@ -1,6 +1,7 @@
 #include "generators/jit_kernel.h"
 
 #include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/gpu_schedule.h"
 #include "generators/kernel_pipeline.h"
 #include "generators/kernels.h"
 
@@ -30,11 +31,12 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
     const std::vector<Halide::Func> &out_funcs = kp.outputs;
     const std::vector<Halide::Argument> &args = kp.args;
     try {
-        if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, Halide::get_jit_target_from_environment());
-        else if (schedule == Schedule::Peer)
-            apply_peer_schedule(m, sig_, out_funcs, peer, Halide::get_jit_target_from_environment());
+        const Halide::Target jit = Halide::get_jit_target_from_environment();
+        if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, jit);
+        else if (schedule == Schedule::Peer) apply_peer_schedule(m, sig_, out_funcs, peer, jit);
+        else if (schedule == Schedule::Gpu) schedule_gpu(out_funcs, segtile_cuda_target(jit));
         else schedule_reference(out_funcs);
-        callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args);
+        callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args, schedule == Schedule::Gpu ? segtile_cuda_target(jit) : jit);
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());
     }

@@ -14,8 +14,10 @@ namespace segtile {
 // Which schedule a JIT kernel gets: the CPU schedule (fast to run, slow to
 // compile for deep models) or the reference one (every Func at root: fast to
 // compile; what the correctness tests of large models use), or one of
-// Halide's autoschedulers, named in a PeerSchedule (benchmarks' baselines).
-enum class Schedule { Cpu, Reference, Peer };
+// Halide's autoschedulers, named in a PeerSchedule (benchmarks' baselines),
+// or the GPU schedule for CUDA (autoscheduler/gpu_schedule.h; running it
+// needs a GPU, and the executor's set_device).
+enum class Schedule { Cpu, Reference, Peer, Gpu };
 
 class JitKernel : public Kernel {
 public:

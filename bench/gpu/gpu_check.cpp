@@ -1,0 +1,119 @@
+// segtile_gpu_check: one tiled training step of a shipped model with its
+// CUDA kernel library, for the GPU check (scripts/gpu-check.sh). Built here
+// and carried to a machine with a GPU but no Halide: it links only the AOT
+// libraries and the segtile runtime.
+//
+//   segtile_gpu_check <model> <image size> <tile px> <out.json>
+//
+// <model> is vgg16 or darknet19 (their CUDA libraries: models/CMakeLists.txt);
+// the image is square, random (seed 1), label 1; <tile px> is the tile side in
+// image pixels, the same image region for every segment (each segment's
+// output tile is that divided by the segment's downsampling). Writes one JSON
+// object: the step's seconds (after a small warm-up step that loads the CUDA
+// modules), tiles run, the host memory it used. Device memory is measured
+// from outside (nvidia-smi) by the script.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+
+#include "darknet19_cuda.h"
+#include "runtime/executor.h"
+#include "vgg16_cuda.h"
+
+using namespace segtile;
+
+namespace {
+
+using KernelsFn = ModelKernels (*)(const Model &, MemoryLedger *);
+
+struct Library {
+    KernelsFn kernels;
+    const char *(*cuts)();
+};
+
+const std::map<std::string, Library> &libraries() {
+    static const std::map<std::string, Library> libs{{"vgg16", {vgg16_cuda_kernels, vgg16_cuda_cuts}},
+                                                     {"darknet19", {darknet19_cuda_kernels, darknet19_cuda_cuts}}};
+    return libs;
+}
+
+// Tile sizes per segment covering `tile_px` image pixels.
+std::vector<TileSize> tiles_for(const Model &m, const SegmentLayout &layout, int64_t size, int64_t tile_px) {
+    const auto shapes = m.shapes(size, size);
+    std::vector<TileSize> t;
+    for (const auto &seg : layout.segments) {
+        const int64_t down = size / shapes[seg.outputs.back()].width;
+        const int64_t side = std::max<int64_t>(1, tile_px / down);
+        t.push_back({side, side});
+    }
+    return t;
+}
+
+double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_px, MemoryLedger &ledger,
+                int64_t &tiles_run, double &loss) {
+    SegmentLayout layout = make_segments(m, parse_cuts(m, lib.cuts()));
+    SegmentedExecutor exec(m, layout, lib.kernels(m, &ledger), tiles_for(m, layout, size, tile_px), &ledger);
+    exec.set_device(true);
+    ParamStore params(m, &ledger);
+    params.init_pytorch_default(1);
+    Tensor images({size, size, m.input_channels, 1}, &ledger, MemoryLedger::Kind::Checkpoint);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < images.numel(); i++) images.data()[i] = nd(rng);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    loss = exec.step(images, labels, params);
+    const auto t1 = std::chrono::steady_clock::now();
+    tiles_run = exec.tiles_run();
+    return std::chrono::duration<double>(t1 - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc != 5 || !libraries().count(argv[1])) {
+        std::fprintf(stderr, "usage: %s vgg16|darknet19 <image size> <tile px> <out.json>\n", argv[0]);
+        return 2;
+    }
+    const std::string model = argv[1];
+    const int64_t size = std::stoll(argv[2]), tile_px = std::stoll(argv[3]);
+    std::ofstream out(argv[4]);
+    // Each tile allocates and frees the same device buffers: let the CUDA
+    // runtime keep freed blocks for the next tile instead of cuMemFree and
+    // cuMemAlloc (which synchronise) every call.
+    halide_reuse_device_allocations(nullptr, true);
+    try {
+        const Model m = load_model(model);
+        const Library &lib = libraries().at(model);
+        MemoryLedger warm_ledger;
+        int64_t warm_tiles = 0;
+        double warm_loss = 0;
+        const double warm = run_step(m, lib, 64, 64, warm_ledger, warm_tiles, warm_loss);
+        MemoryLedger ledger;
+        int64_t tiles = 0;
+        double loss = 0;
+        const double seconds = run_step(m, lib, size, tile_px, ledger, tiles, loss);
+        out << "{\"tool\": \"segtile\", \"model\": \"" << model << "\", \"size\": " << size << ", \"tile_px\": " << tile_px
+            << ", \"cuts\": \"" << lib.cuts() << "\", \"status\": \"ok\", \"seconds\": " << seconds
+            << ", \"warmup_seconds\": " << warm << ", \"loss\": " << loss << ", \"tiles\": " << tiles
+            << ", \"host_checkpoint_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Checkpoint)
+            << ", \"host_working_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Working)
+            << ", \"process_hwm_bytes\": " << process_high_water_mark() << "}\n";
+        std::printf("%s %lld^2 tile %lld: %.2f s, %lld tiles, loss %g\n", model.c_str(), (long long)size,
+                    (long long)tile_px, seconds, (long long)tiles, loss);
+        return 0;
+    } catch (const std::exception &e) {
+        out << "{\"tool\": \"segtile\", \"model\": \"" << model << "\", \"size\": " << size << ", \"tile_px\": " << tile_px
+            << ", \"status\": \"error\", \"error\": \"";
+        for (const char *c = e.what(); *c; c++) out << (*c == '"' || *c == '\\' ? ' ' : *c == '\n' ? ' ' : *c);
+        out << "\"}\n";
+        std::fprintf(stderr, "%s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,120 @@
+// CUDA AOT libraries (segtile_add_model(... TARGET cuda)) in a program
+// without libHalide. Everywhere: they link next to the CPU libraries and
+// match the model's kernel signatures. With a GPU: a tiled training step
+// on the device equals the same step on the CPU, and on the device a tiled
+// VGG16 step equals the one-tile step. Without a GPU those are skipped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "runtime/executor.h"
+#include "test/gpu/cuda_device.h"
+#include "tiny_cnn_cuda.h"
+#include "tiny_cnn_cuda_backward_0.h"
+#include "tiny_cnn_tiled.h"
+#include "vgg16_cuda.h"
+
+using namespace segtile;
+
+namespace {
+
+struct StepResult {
+    double loss = 0;
+    std::vector<std::vector<float>> grads;
+    std::vector<float> grad_image;
+    int64_t tiles = 0;
+};
+
+StepResult run_step(const Model &m, const SegmentLayout &layout, ModelKernels kernels, std::vector<TileSize> tiles,
+                    bool device, const Tensor &images, const Halide::Runtime::Buffer<int32_t> &labels, int seed) {
+    MemoryLedger ledger;
+    SegmentedExecutor exec(m, layout, std::move(kernels), std::move(tiles), &ledger);
+    exec.set_device(device);
+    ParamStore params(m, &ledger);
+    params.init_pytorch_default(seed);
+    Tensor grad_image(images.dims(), &ledger);
+    StepResult r;
+    r.loss = exec.step(images, labels, params, nullptr, &grad_image);
+    for (auto &g : params.grads) r.grads.emplace_back(g.data(), g.data() + g.numel());
+    r.grad_image.assign(grad_image.data(), grad_image.data() + grad_image.numel());
+    r.tiles = exec.tiles_run();
+    return r;
+}
+
+double rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+Tensor random_images(std::vector<int64_t> dims, int seed) {
+    Tensor t(dims, nullptr);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < t.numel(); i++) t.data()[i] = nd(rng);
+    return t;
+}
+
+void expect_same_step(const StepResult &a, const StepResult &b, const ParamStore &names, double tol) {
+    EXPECT_NEAR(a.loss, b.loss, tol * std::abs(b.loss));
+    EXPECT_LE(rel_diff(a.grad_image, b.grad_image), tol) << "image gradient";
+    ASSERT_EQ(a.grads.size(), b.grads.size());
+    for (size_t p = 0; p < a.grads.size(); p++)
+        EXPECT_LE(rel_diff(a.grads[p], b.grads[p]), tol) << names.specs()[p].name;
+}
+
+}  // namespace
+
+TEST(CudaLibraries, MatchTheModelsKernelSignatures) {
+    // Constructing the kernels checks every library's arguments against the
+    // signature the executor binds; no device is touched.
+    Model tiny = load_model("tiny_cnn");
+    ModelKernels k = tiny_cnn_cuda_kernels(tiny, nullptr);
+    EXPECT_EQ(k.forward.size(), 3u);
+    EXPECT_EQ(k.backward.size(), 3u);
+    Model vgg = load_model("vgg16");
+    ModelKernels kv = vgg16_cuda_kernels(vgg, nullptr);
+    EXPECT_EQ(kv.forward.size(), 3u);
+    const std::string target = tiny_cnn_cuda_backward_0_metadata()->target;
+    EXPECT_NE(target.find("cuda"), std::string::npos) << target;
+    EXPECT_NE(target.find("cuda_capability_86"), std::string::npos) << target;
+}
+
+TEST(CudaLibraries, TinyCnnTiledStepOnTheGpuEqualsTheCpu) {
+    if (!segtile::testing::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_cuda_cuts()));
+    ASSERT_STREQ(tiny_cnn_cuda_cuts(), tiny_cnn_tiled_cuts());
+    const Tensor images = random_images({61, 45, 1, 2}, 5);
+    Halide::Runtime::Buffer<int32_t> labels(2);
+    labels(0) = 1;
+    labels(1) = 0;
+    const std::vector<TileSize> tiles{{9, 7}, {4, 6}, {3, 3}};  // partial edge tiles
+    StepResult cpu = run_step(m, layout, tiny_cnn_tiled_kernels(m, nullptr), tiles, false, images, labels, 3);
+    StepResult gpu = run_step(m, layout, tiny_cnn_cuda_kernels(m, nullptr), tiles, true, images, labels, 3);
+    EXPECT_EQ(gpu.tiles, cpu.tiles);
+    ParamStore names(m, nullptr);
+    expect_same_step(gpu, cpu, names, 1e-5);
+}
+
+TEST(CudaLibraries, Vgg16TiledOnTheGpuEqualsOneTile) {
+    if (!segtile::testing::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    Model m = load_model("vgg16");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, vgg16_cuda_cuts()));
+    const Tensor images = random_images({96, 64, 3, 1}, 7);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    StepResult whole = run_step(m, layout, vgg16_cuda_kernels(m, nullptr), {{0, 0}, {0, 0}, {0, 0}}, true, images,
+                                labels, 4);
+    StepResult tiled = run_step(m, layout, vgg16_cuda_kernels(m, nullptr), {{5, 3}, {3, 2}, {2, 3}}, true, images,
+                                labels, 4);
+    EXPECT_GT(tiled.tiles, 3 * whole.tiles);
+    ParamStore names(m, nullptr);
+    expect_same_step(tiled, whole, names, 1e-4);
+}
