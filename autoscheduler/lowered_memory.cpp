@@ -71,7 +71,8 @@ private:
 // Walks the lowered body in program order, tracking live heap bytes.
 class PeakWalker : public IRVisitor {
 public:
-    explicit PeakWalker(const KernelCall &c) : call_(c), bind_(c, env_) {
+    PeakWalker(const KernelCall &c, const std::map<std::string, Halide::Internal::LoweredFunc> &functions)
+        : call_(c), functions_(functions), bind_(c, env_) {
         for (const auto &[name, value] : c.scalars) env_[name] = value;
         for (const auto &[name, dims] : c.buffers)
             for (size_t d = 0; d < dims.size(); d++) {
@@ -86,6 +87,7 @@ public:
 private:
     using IRVisitor::visit;
     const KernelCall &call_;
+    const std::map<std::string, Halide::Internal::LoweredFunc> &functions_;  // parallel loop bodies, by name
     std::map<std::string, int64_t> env_;  // names with known values (declared before bind_, which reads it)
     BindBuffers bind_;
     std::map<std::string, int64_t> sizes_;  // live heap allocations
@@ -101,7 +103,9 @@ private:
     void scoped(const std::string &name, const Expr &value, const LetOrStmt &body) {
         auto saved = env_.find(name) == env_.end() ? std::optional<int64_t>() : std::optional<int64_t>(env_[name]);
         if (auto v = eval(value)) env_[name] = *v;
-        else {
+        else if (value.as<Call>() && value.as<Call>()->name == "load_typed_struct_member") {
+            // A parallel task re-loads a captured value under its own name: keep it.
+        } else {
             env_.erase(name);
             if (std::getenv("SEGTILE_LOWERED_DEBUG") && name.find("extent_realized") != std::string::npos)
                 std::cerr << "lowered_memory: let " << name << " = " << simplify(bind_.mutate(value)) << "\n";
@@ -117,15 +121,87 @@ private:
         op->min.accept(this);
         op->extent.accept(this);
         const auto extent = eval(op->extent);
+        const auto min = eval(op->min);
         if (extent && *extent <= 0) return;  // the body never runs
         // Tasks of a parallel loop run at once, one per worker: their
         // allocations are live together.
         int64_t copies = 1;
         if (op->is_parallel()) copies = std::min<int64_t>(call_.threads, extent ? *extent : call_.threads);
         const int64_t saved_peak = peak, before = live;
+        // Allocation sizes may depend on the loop variable (clipped at the
+        // image border on the first and last iterations): try the first,
+        // a middle and the last iteration where the body allocates.
+        std::vector<Expr> points{op->min};
+        if (min && extent && *extent > 1 && allocates(op->body))
+            points = {make_const(op->min.type(), *min), make_const(op->min.type(), *min + *extent / 2),
+                      make_const(op->min.type(), *min + *extent - 1)};
+        int64_t inc = 0;
+        parallel_depth_ += op->is_parallel();
+        for (const Expr &p : points) {
+            peak = live;
+            scoped(op->name, p, op->body);
+            inc = std::max(inc, peak - before);
+            live = before;
+        }
+        parallel_depth_ -= op->is_parallel();
+        peak = std::max(saved_peak, before + copies * inc);
+        if (inc > 0 && std::getenv("SEGTILE_LOWERED_DEBUG"))
+            std::cerr << "lowered_memory: loop " << op->name << (op->is_parallel() ? " parallel" : "") << " x" << copies
+                      << " allocates " << inc << " per iteration\n";
+    }
+
+    bool allocates(const Stmt &s) {
+        auto it = allocates_.find(s.get());
+        if (it != allocates_.end()) return it->second;
+        struct Finder : IRVisitor {
+            bool found = false;
+            using IRVisitor::visit;
+            void visit(const Allocate *) override { found = true; }
+        } f;
+        s.accept(&f);
+        allocates_[s.get()] = f.found;
+        return f.found;
+    }
+    std::map<const IRNode *, bool> allocates_;
+    int parallel_depth_ = 0;
+
+    // A parallel loop is lowered to a call of the thread pool with its body
+    // as a separate function: walk that body, once per concurrent task.
+    void visit(const Call *op) override {
+        IRVisitor::visit(op);
+        if (op->name != "halide_do_par_for" && op->name != "halide_do_parallel_tasks") return;
+        struct FindFn : IRVisitor {
+            const std::map<std::string, LoweredFunc> *fns;
+            const LoweredFunc *found = nullptr;
+            using IRVisitor::visit;
+            void visit(const Variable *v) override {
+                std::string n = v->name;
+                if (n.rfind("::", 0) == 0) n = n.substr(2);
+                auto it = fns->find(n);
+                if (it != fns->end()) found = &it->second;
+            }
+        } find;
+        find.fns = &functions_;
+        for (const auto &a : op->args) a.accept(&find);
+        if (!find.found) return;
+        std::optional<int64_t> min, extent;
+        if (op->name == "halide_do_par_for" && op->args.size() >= 4) {
+            min = eval(op->args[2]);
+            extent = eval(op->args[3]);
+        }
+        const int64_t copies = std::min<int64_t>(call_.threads, extent ? std::max<int64_t>(*extent, 1) : call_.threads);
+        const int64_t saved_peak = peak, before = live;
         peak = live;
-        scoped(op->name, op->min, op->body);
+        const LoweredFunc &fn = *find.found;
+        // The task index argument: bind the first iteration.
+        std::string index;
+        for (const auto &a : fn.args)
+            if (a.type.is_int() && !a.is_buffer()) index = a.name;
+        if (!index.empty() && min) env_[index] = *min;
+        fn.body.accept(this);
+        if (!index.empty()) env_.erase(index);
         const int64_t inc = peak - before;
+        live = before;
         peak = std::max(saved_peak, before + copies * inc);
     }
 
@@ -154,9 +230,16 @@ private:
             else bytes *= std::max<int64_t>(*v, 0);
         }
         const bool constant = op->constant_allocation_size() > 0;
-        const bool heap = !op->new_expr.defined() && op->memory_type != Halide::MemoryType::Stack &&
-                          op->memory_type != Halide::MemoryType::Register &&
-                          !(constant && bytes <= kStackBytes);
+        // Stack allocations of run-time size go to a pseudostack that is
+        // heap-backed beyond 16 KiB (runtime/pseudostack.cpp): inside a
+        // parallel loop, one per task.
+        bool heap;
+        if (op->new_expr.defined() || op->memory_type == Halide::MemoryType::Register) heap = false;
+        else if (op->memory_type == Halide::MemoryType::Stack) heap = !constant && known && bytes > kStackBytes;
+        else heap = !(constant && bytes <= kStackBytes);
+        if (parallel_depth_ > 0 && std::getenv("SEGTILE_LOWERED_DEBUG"))
+            std::cerr << "lowered_memory: in parallel loop: " << op->name << " type " << (int)op->memory_type << " bytes "
+                      << bytes << (constant ? " constant" : "") << (heap ? " heap" : " not heap") << "\n";
         if (heap && !known) {
             unknown++;
             if (std::getenv("SEGTILE_LOWERED_DEBUG"))
@@ -211,16 +294,20 @@ LoweredMemory::LoweredMemory(const std::vector<Halide::Func> &outputs, const std
             throw std::runtime_error(std::string("Halide: ") + e.what());
         }
     }();
-    for (const auto &f : mod.functions())
+    for (const auto &f : mod.functions()) {
+        if (std::getenv("SEGTILE_LOWERED_DEBUG")) std::cerr << "lowered_memory: function " << f.name << "\n";
         if (f.name == "lowered_memory") body_ = f.body;
+        else functions_.emplace(f.name, f);
+    }
     if (!body_.defined()) throw std::runtime_error("LoweredMemory: no body for the pipeline");
     CountHeap c;
     body_.accept(&c);
+    for (const auto &[name, f] : functions_) f.body.accept(&c);
     heap_allocations_ = c.count;
 }
 
 int64_t LoweredMemory::peak(const KernelCall &call, int *unknown) const {
-    PeakWalker w(call);
+    PeakWalker w(call, functions_);
     body_.accept(&w);
     if (unknown) *unknown = w.unknown;
     return w.peak;

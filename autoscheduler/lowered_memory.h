@@ -33,6 +33,7 @@ public:
 
 private:
     Halide::Internal::Stmt body_;
+    std::map<std::string, Halide::Internal::LoweredFunc> functions_;  // parallel loop bodies
     int heap_allocations_ = 0;
 };
 

@@ -78,3 +78,27 @@ std::string format_bytes(int64_t bytes) {
 }
 
 }  // namespace segtile
+
+namespace segtile {
+
+int64_t parse_bytes(const std::string &text) {
+    size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception &) {
+        used = 0;
+    }
+    std::string unit = text.substr(used);
+    unit.erase(0, unit.find_first_not_of(' '));
+    static const std::pair<const char *, double> units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KB", 1e3}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MB", 1e6},
+        {"MiB", 1048576.0}, {"G", 1073741824.0}, {"GB", 1e9}, {"GiB", 1073741824.0}, {"T", 1099511627776.0},
+        {"TB", 1e12}, {"TiB", 1099511627776.0}};
+    if (used > 0 && v > 0)
+        for (const auto &[name, scale] : units)
+            if (unit == name) return (int64_t)(v * scale);
+    throw std::invalid_argument("'" + text + "' is not a memory size: give a positive number with an optional unit, e.g. 256MiB, 1.5GiB, 512MB");
+}
+
+}  // namespace segtile

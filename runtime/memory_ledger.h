@@ -51,3 +51,9 @@ int64_t process_high_water_mark();
 std::string format_bytes(int64_t bytes);
 
 }  // namespace segtile
+
+namespace segtile {
+// "256MiB", "1.5GiB", "512M", "1000000" -> bytes; throws std::invalid_argument
+// with what was expected.
+int64_t parse_bytes(const std::string &text);
+}  // namespace segtile

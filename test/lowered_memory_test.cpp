@@ -46,11 +46,12 @@ TEST(LoweredMemory, SimplePipelineMatchesMallocHook) {
     EXPECT_EQ(mem.peak(c), (100002 + 100003) * 4);
 }
 
-TEST(LoweredMemory, TiledTinyCnnKernelsMatchLedger) {
+class TiledTinyCnn : public ::testing::TestWithParam<std::tuple<std::string, int, int, std::vector<TileSize>>> {};
+
+TEST_P(TiledTinyCnn, KernelsMatchLedger) {
     Model m = load_model("tiny_cnn");
-    SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,pool2"));
-    const int W = 96, H = 80;
-    const std::vector<TileSize> tiles = {{24, 20}, {16, 10}, {0, 0}};
+    const auto &[cuts, W, H, tiles] = GetParam();
+    SegmentLayout layout = make_segments(m, parse_cuts(m, cuts));
     const auto shapes = m.shapes(W, H);
     const int threads = (int)std::thread::hardware_concurrency();
 
@@ -96,3 +97,8 @@ TEST(LoweredMemory, TiledTinyCnnKernelsMatchLedger) {
     EXPECT_LE(measured, predicted);
     EXPECT_GE(measured, 0.9 * predicted);
 }
+
+INSTANTIATE_TEST_SUITE_P(Tiles, TiledTinyCnn,
+                         ::testing::Values(std::make_tuple("pool1,pool2", 96, 80, std::vector<TileSize>{{24, 20}, {16, 10}, {0, 0}}),
+                                           std::make_tuple("pool1,pool2", 128, 96, std::vector<TileSize>{{32, 32}, {16, 16}, {0, 0}}),
+                                           std::make_tuple("pool2", 128, 96, std::vector<TileSize>{{16, 16}, {0, 0}})));

@@ -1,0 +1,29 @@
+#include "autoscheduler/kernel_memory.h"
+
+#include "generators/kernel_pipeline.h"
+
+namespace segtile {
+
+LoweredKernelMemory::LoweredKernelMemory(const Model &m, Halide::Type t, ScheduleFn schedule, Halide::Target target)
+    : model_(m), type_(t), schedule_(std::move(schedule)), target_(target) {}
+
+int64_t LoweredKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) {
+    const auto [first, last] = kernel_layers(model_, layout, kind, segment);
+    const auto key = std::make_tuple(first, last, (int)kind);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+        KernelPipeline kp = kernel_pipeline(model_, layout, kind, segment, type_);
+        schedule_(kp.outputs);
+        it = cache_.emplace(key, std::make_unique<LoweredMemory>(kp.outputs, kp.args, target_)).first;
+    }
+    int unknown = 0;
+    const int64_t bytes = it->second->peak(call, &unknown);
+    if (unknown > 0)
+        throw std::runtime_error("kernel memory: " + std::to_string(unknown) + " allocations of the " +
+                                 std::string(kind == KernelKind::Forward ? "forward" : kind == KernelKind::Backward ? "backward" : "head") +
+                                 " kernel of layers " + model_.layers[first].name + ".." + model_.layers[last].name +
+                                 " have sizes the planner cannot evaluate");
+    return bytes;
+}
+
+}  // namespace segtile

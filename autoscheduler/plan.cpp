@@ -1,0 +1,137 @@
+#include "autoscheduler/plan.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/memory_ledger.h"
+
+namespace segtile {
+
+using nlohmann::json;
+
+std::vector<TileSize> Plan::tile_sizes() const {
+    std::vector<TileSize> t;
+    for (const auto &s : segments) t.push_back(s.tile);
+    return t;
+}
+
+std::string Plan::cuts_string() const {
+    std::string s;
+    for (const auto &n : cut_names) s += (s.empty() ? "" : ",") + n;
+    return s;
+}
+
+std::string plan_to_json(const Plan &p) {
+    json j;
+    j["format"] = "segtile-plan/1";
+    j["model"] = p.model;
+    j["image"] = {{"width", p.width}, {"height", p.height}, {"batch", p.batch}};
+    j["caps"] = {{"working_bytes", p.memory_cap}, {"checkpoint_bytes", p.checkpoint_cap}};
+    j["cuts"] = p.cut_names;
+    j["segments"] = json::array();
+    for (const auto &s : p.segments)
+        j["segments"].push_back({{"first", s.first},
+                                 {"last", s.last},
+                                 {"tile", {s.tile.width, s.tile.height}},
+                                 {"tiles", s.tiles},
+                                 {"window", {s.window_width, s.window_height}},
+                                 {"recompute", s.recompute},
+                                 {"forward_bytes", s.forward_bytes},
+                                 {"backward_bytes", s.backward_bytes},
+                                 {"kernel_bytes", s.kernel_bytes},
+                                 {"exact", s.exact},
+                                 {"seconds", s.seconds}});
+    j["predicted"] = {{"fixed_bytes", p.fixed_bytes}, {"head_bytes", p.head_bytes},
+                      {"peak_working_bytes", p.peak_bytes}, {"checkpoint_bytes", p.checkpoint_bytes},
+                      {"flops", p.flops}, {"recompute", p.recompute}, {"seconds", p.seconds}};
+    return j.dump(2) + "\n";
+}
+
+Plan plan_from_json(const std::string &text, const Model &m, const std::string &source) {
+    Plan p;
+    try {
+        const json j = json::parse(text);
+        if (j.value("format", "") != "segtile-plan/1")
+            throw ModelError(source + ": not a segtile plan (expected \"format\": \"segtile-plan/1\")");
+        p.model = j.at("model").get<std::string>();
+        if (p.model != m.name)
+            throw ModelError(source + ": the plan is for model '" + p.model + "', not '" + m.name + "'");
+        p.width = j.at("image").at("width");
+        p.height = j.at("image").at("height");
+        p.batch = j.at("image").value("batch", 1);
+        p.memory_cap = j.at("caps").value("working_bytes", (int64_t)0);
+        p.checkpoint_cap = j.at("caps").value("checkpoint_bytes", (int64_t)0);
+        for (const auto &n : j.at("cuts")) {
+            const std::string name = n.get<std::string>();
+            const int l = m.find_layer(name);
+            if (l < 0) throw ModelError(source + ": cut '" + name + "' is not a layer of " + m.name);
+            p.cuts.push_back(l);
+            p.cut_names.push_back(name);
+        }
+        for (const auto &s : j.at("segments")) {
+            SegmentPlan sp;
+            sp.first = s.at("first");
+            sp.last = s.at("last");
+            sp.tile = {s.at("tile").at(0).get<int64_t>(), s.at("tile").at(1).get<int64_t>()};
+            sp.tiles = s.value("tiles", (int64_t)0);
+            sp.window_width = s.at("window").at(0);
+            sp.window_height = s.at("window").at(1);
+            sp.recompute = s.value("recompute", 1.0);
+            sp.forward_bytes = s.value("forward_bytes", (int64_t)0);
+            sp.backward_bytes = s.value("backward_bytes", (int64_t)0);
+            sp.kernel_bytes = s.value("kernel_bytes", (int64_t)0);
+            sp.exact = s.value("exact", false);
+            sp.seconds = s.value("seconds", 0.0);
+            p.segments.push_back(sp);
+        }
+        if (p.segments.size() != p.cuts.size() + 1)
+            throw ModelError(source + ": " + std::to_string(p.cuts.size()) + " cuts need " +
+                             std::to_string(p.cuts.size() + 1) + " segments, the plan has " +
+                             std::to_string(p.segments.size()));
+        const json &pr = j.at("predicted");
+        p.fixed_bytes = pr.value("fixed_bytes", (int64_t)0);
+        p.head_bytes = pr.value("head_bytes", (int64_t)0);
+        p.peak_bytes = pr.value("peak_working_bytes", (int64_t)0);
+        p.checkpoint_bytes = pr.value("checkpoint_bytes", (int64_t)0);
+        p.flops = pr.value("flops", 0.0);
+        p.recompute = pr.value("recompute", 1.0);
+        p.seconds = pr.value("seconds", 0.0);
+    } catch (const json::exception &e) {
+        throw ModelError(source + ": malformed plan: " + e.what());
+    }
+    return p;
+}
+
+std::string plan_table(const Plan &p, const Model &m) {
+    std::ostringstream o;
+    char line[256];
+    o << "plan for " << p.model << " at " << p.width << "x" << p.height << ", batch " << p.batch << "; cap "
+      << (p.memory_cap > 0 ? format_bytes(p.memory_cap) : std::string("none")) << "\n";
+    std::snprintf(line, sizeof line, "%-3s %-28s %11s %7s %11s %9s %11s %11s %8s\n", "seg", "layers", "tile", "tiles",
+                  "window", "recompute", "forward", "backward", "seconds");
+    o << line;
+    for (size_t k = 0; k < p.segments.size(); k++) {
+        const SegmentPlan &s = p.segments[k];
+        const std::string layers = m.layers[s.first].name + " .. " + m.layers[s.last].name;
+        const std::string tile = s.tile.width > 0 ? std::to_string(s.tile.width) + "x" + std::to_string(s.tile.height)
+                                                  : std::string("whole");
+        const std::string window = std::to_string(s.window_width) + "x" + std::to_string(s.window_height);
+        std::snprintf(line, sizeof line, "%-3zu %-28s %11s %7lld %11s %9.2f %11s %11s %8.2f%s\n", k, layers.c_str(),
+                      tile.c_str(), (long long)s.tiles, window.c_str(), s.recompute,
+                      format_bytes(s.forward_bytes).c_str(), format_bytes(s.backward_bytes).c_str(), s.seconds,
+                      s.exact ? "" : "  (kernel memory estimated)");
+        o << line;
+    }
+    o << "cuts: " << (p.cut_names.empty() ? std::string("none") : p.cuts_string()) << "\n";
+    o << "predicted peak working memory " << format_bytes(p.peak_bytes) << " (parameters, gradients, optimizer "
+      << format_bytes(p.fixed_bytes) << "; head " << format_bytes(p.head_bytes) << "); checkpoint store "
+      << format_bytes(p.checkpoint_bytes) << "\n";
+    std::snprintf(line, sizeof line, "predicted %.3g GFLOP per step (recompute x%.2f), %.2f s per step\n",
+                  p.flops / 1e9, p.recompute, p.seconds);
+    o << line;
+    return o.str();
+}
+
+}  // namespace segtile

@@ -1,0 +1,469 @@
+#include "autoscheduler/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "spec/cost.h"
+#include "runtime/memory_ledger.h"
+#include "spec/tiling.h"
+
+namespace segtile {
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Tile sides tried on a segment's output: fine enough for deep, strided
+// layers, coarse enough that the search stays cheap. 0 is the whole extent.
+const std::vector<int64_t> &tile_ladder() {
+    static const std::vector<int64_t> ladder = {1,   2,   3,   4,   6,   8,    12,   16,   24,   32,   48,  64,
+                                                96,  128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096};
+    return ladder;
+}
+
+// The layout holding layers a..b as one segment, and that segment's index.
+std::pair<SegmentLayout, int> single_segment(const Model &m, int a, int b) {
+    std::vector<int> cuts;
+    if (a > 0) cuts.push_back(a - 1);
+    if (b < trunk_end(m)) cuts.push_back(b);
+    return {make_segments(m, cuts), a > 0 ? 1 : 0};
+}
+
+// A stored tensor's bytes (the image is the caller's: 0).
+int64_t stored_bytes(const Model &m, const std::vector<TensorShape> &shapes, int t, int type_bytes) {
+    if (t == (int)m.layers.size()) return 0;
+    return shapes[t].width * shapes[t].height * shapes[t].channels * type_bytes;
+}
+
+int64_t channels_of(const Model &m, int t) { return t == (int)m.layers.size() ? m.input_channels : m.layers[t].channels; }
+
+// The planner's state for one request: shapes and per-segment evaluations.
+class Search {
+public:
+    Search(const Model &m, const PlanRequest &req, KernelMemory *exact)
+        : m_(m), req_(req), exact_(exact), analytic_(m, req.type_bytes), shapes_(m.shapes(req.width, req.height)),
+          whole_(whole_boxes(m, shapes_, req.width, req.height)), end_(trunk_end(m)) {
+        for (const auto &p : m.params()) {
+            fixed_ += p.numel() * req.type_bytes * (p.trainable ? 2 + req.optimizer_copies : 1);
+            if (p.trainable) trainable_bytes_[p.layer] += p.numel() * req.type_bytes;
+        }
+        fixed_ += req.runtime_reserve;
+        head_ = head_bytes();
+    }
+
+    struct Eval {
+        bool feasible = false;
+        SegmentPlan plan;
+        double seconds = kInfinity;
+        int64_t store = 0;   // checkpoint bytes this segment's outputs add (values and gradients)
+        int64_t bytes = 0;   // max(forward, backward) working bytes of a call
+    };
+
+    // Segment a..b at one tile size.
+    Eval evaluate(int a, int b, TileSize tile, bool use_exact) {
+        Eval e;
+        auto [layout, s] = single_segment(m_, a, b);
+        const SegmentSpec &seg = layout.segments[s];
+        TileRegions r;
+        try {
+            r = tile_regions(m_, seg, shapes_, tile);
+        } catch (const ModelError &) {
+            return e;  // finer than a secondary output: not a candidate
+        }
+        const size_t nx = r.x[0].size(), ny = r.y[0].size();
+        KernelMemory &km = use_exact && exact_ ? *exact_ : analytic_;
+        const double scale = use_exact ? 1.0 : ratio(a, b);
+        // The largest call: edge tiles are clipped by the image and partial
+        // tiles are smaller, so the worst is among the first, second and last
+        // tile along each axis.
+        int64_t fk = 0, bk = 0, worst_windows = -1;
+        TileWindows w;
+        for (size_t tx : {size_t(0), std::min<size_t>(1, nx - 1), nx - 1})
+            for (size_t ty : {size_t(0), std::min<size_t>(1, ny - 1), ny - 1}) {
+                TileWindows c = tile_windows(m_, seg, r, tx, ty, whole_);
+                KernelCall fc = tile_kernel_call(m_, layout, KernelKind::Forward, s, c, shapes_, req_.width, req_.height);
+                KernelCall bc = tile_kernel_call(m_, layout, KernelKind::Backward, s, c, shapes_, req_.width, req_.height);
+                fc.threads = bc.threads = req_.threads;
+                fk = std::max(fk, (int64_t)(scale * (double)km.peak(layout, KernelKind::Forward, s, fc)));
+                const int64_t b_here = (int64_t)(scale * (double)km.peak(layout, KernelKind::Backward, s, bc));
+                int64_t windows = 0;
+                for (int t : seg.inputs) windows += box_pixels(*c.need[t]) * channels_of(m_, t);
+                if (b_here + windows * req_.type_bytes > bk + std::max<int64_t>(worst_windows, 0) * req_.type_bytes) {
+                    bk = b_here;
+                    worst_windows = windows;
+                    w = c;
+                }
+            }
+        int64_t partials = 0, grad_windows = 0, window_bytes = 0;
+        for (int l = seg.first; l <= seg.last; l++) {
+            auto it = trainable_bytes_.find(l);
+            if (it != trainable_bytes_.end()) partials += it->second;
+        }
+        for (int t : seg.inputs) {
+            const int64_t bytes = box_pixels(*w.need[t]) * channels_of(m_, t) * req_.type_bytes;
+            grad_windows += bytes;
+            window_bytes += bytes;
+        }
+        int64_t out_bytes = 0;
+        for (const auto &[t, box] : w.targets) out_bytes += box_pixels(box) * channels_of(m_, t) * req_.type_bytes;
+        e.plan.first = a;
+        e.plan.last = b;
+        e.plan.tile = tile;
+        e.plan.tiles = (int64_t)(nx * ny);
+        const int primary_input = seg.inputs.front();
+        e.plan.window_width = w.need[primary_input]->x.hi - w.need[primary_input]->x.lo + 1;
+        e.plan.window_height = w.need[primary_input]->y.hi - w.need[primary_input]->y.lo + 1;
+        e.plan.forward_bytes = fk;
+        e.plan.backward_bytes = partials + grad_windows + bk;
+        e.plan.kernel_bytes = bk;
+        e.plan.exact = use_exact && exact_ && exact_->exact();
+        e.bytes = std::max(e.plan.forward_bytes, e.plan.backward_bytes);
+
+        // FLOPs over every tile: windows are separable (x from x, y from y),
+        // so per layer the sum over tiles is (sum of widths) x (sum of heights).
+        const int L = (int)m_.layers.size();
+        std::vector<double> sum_w(L + 1, 0), sum_h(L + 1, 0);
+        for (size_t tx = 0; tx < nx; tx++) {
+            const TileWindows c = tile_windows(m_, seg, r, tx, 0, whole_);
+            for (int l = seg.first; l <= seg.last; l++)
+                if (c.need[l]) sum_w[l] += (double)(c.need[l]->x.hi - c.need[l]->x.lo + 1);
+        }
+        for (size_t ty = 0; ty < ny; ty++) {
+            const TileWindows c = tile_windows(m_, seg, r, 0, ty, whole_);
+            for (int l = seg.first; l <= seg.last; l++)
+                if (c.need[l]) sum_h[l] += (double)(c.need[l]->y.hi - c.need[l]->y.lo + 1);
+        }
+        double executed = 0, untiled = 0;
+        for (int l = seg.first; l <= seg.last; l++) {
+            // Per pixel costs from a 1x1 evaluation scale linearly with area.
+            const LayerFlops one = layer_flops(m_, l, 1, 1);
+            executed += sum_w[l] * sum_h[l] * (2 * one.forward + one.backward());  // forward, then recompute + backward
+            untiled += (double)shapes_[l].width * shapes_[l].height * one.total();
+        }
+        e.plan.recompute = untiled > 0 ? executed / untiled : 1;
+        const double tiles = (double)(nx * ny);
+        const double moved = tiles * (3.0 * window_bytes + 2.0 * out_bytes) + tiles * 2.0 * partials;
+        e.plan.seconds = executed / req_.rates.flops_per_second + moved / req_.rates.bytes_per_second +
+                         2 * tiles * req_.rates.seconds_per_tile;
+        e.seconds = e.plan.seconds;
+        for (int t : seg.outputs) e.store += 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
+        e.feasible = true;
+        return e;
+    }
+
+    // The fastest tile for segment a..b whose calls fit `budget` bytes
+    // (0: no budget); infeasible if none does. Also records the smallest
+    // memory any tile needs in `min_bytes`.
+    Eval best_tile(int a, int b, int64_t budget, bool use_exact, int64_t *min_bytes = nullptr) {
+        const auto key = std::make_tuple(a, b, budget, use_exact);
+        auto it = best_cache_.find(key);
+        if (it != best_cache_.end() && !min_bytes) return it->second;
+        Eval best;
+        int64_t smallest = std::numeric_limits<int64_t>::max();
+        const TensorShape &out = shapes_[b];
+        const int64_t extent = std::max(out.width, out.height);
+        std::vector<int64_t> sides;
+        for (int64_t t : tile_ladder())
+            if (t < extent) sides.push_back(t);
+        sides.push_back(0);
+        for (int64_t t : sides) {
+            Eval e = evaluate(a, b, TileSize{t, t}, use_exact);
+            if (!e.feasible) continue;
+            smallest = std::min(smallest, e.bytes);
+            if (budget > 0 && e.bytes > budget) continue;
+            if (e.seconds < best.seconds) best = e;
+        }
+        if (min_bytes) *min_bytes = smallest;
+        best_cache_[key] = best;
+        return best;
+    }
+
+    bool calibrated(int a, int b) const { return ratios_.count({a, b}) > 0; }
+
+    double ratio(int a, int b) const {
+        auto it = ratios_.find({a, b});
+        return it == ratios_.end() ? default_ratio_ : it->second;
+    }
+
+    // Learns exact/analytic for a segment at its chosen tile.
+    void calibrate(int a, int b, TileSize tile) {
+        if (!exact_ || ratios_.count({a, b})) return;
+        Eval an = evaluate(a, b, tile, false);
+        ratios_[{a, b}] = 1.0;  // analytic as is, for the comparison below
+        an = evaluate(a, b, tile, false);
+        Eval ex = evaluate(a, b, tile, true);
+        const int64_t an_k = an.plan.kernel_bytes, ex_k = ex.plan.kernel_bytes;
+        ratios_[{a, b}] = an_k > 0 ? (double)ex_k / (double)an_k : 1.0;
+        best_cache_.clear();
+    }
+
+    int64_t fixed() const { return fixed_; }
+    int64_t head() const { return head_; }
+    int end() const { return end_; }
+    const std::vector<TensorShape> &shapes() const { return shapes_; }
+
+    int64_t image_grad_bytes() const {
+        return req_.width * req_.height * m_.input_channels * req_.type_bytes;
+    }
+
+private:
+    int64_t head_bytes() {
+        SegmentLayout layout = make_segments(m_, {});
+        KernelCall c = head_kernel_call(m_, layout, shapes_, req_.width, req_.height);
+        c.threads = req_.threads;
+        KernelMemory &km = exact_ ? *exact_ : analytic_;
+        int64_t partials = 0;
+        for (const auto &[layer, bytes] : trainable_bytes_)
+            if (layer > end_) partials += bytes;
+        const TensorShape &ps = shapes_[m_.loss.input_id];
+        return km.peak(layout, KernelKind::Head, 0, c) + partials + ps.width * ps.height * ps.channels * req_.type_bytes;
+    }
+
+    const Model &m_;
+    PlanRequest req_;
+    KernelMemory *exact_;
+    AnalyticKernelMemory analytic_;
+    std::vector<TensorShape> shapes_;
+    std::vector<Box<int64_t>> whole_;
+    int end_;
+    int64_t fixed_ = 0, head_ = 0;
+    std::map<int, int64_t> trainable_bytes_;  // per layer
+    std::map<std::pair<int, int>, double> ratios_;
+    double default_ratio_ = 1.0;
+    std::map<std::tuple<int, int, int64_t, bool>, Eval> best_cache_;
+};
+
+struct Choice {
+    double seconds = kInfinity;
+    std::vector<Search::Eval> segments;
+    int64_t store = 0;
+};
+
+// The DP over cut positions: best[b] is the fastest split of layers 0..b
+// into feasible segments. With a checkpoint cap, each position keeps its
+// Pareto front of (seconds, store) instead of one best.
+Choice search_cuts(Search &s, const PlanRequest &req, int64_t budget, bool use_exact) {
+    const int E = s.end();
+    struct Partial {
+        double seconds;
+        int64_t store;
+        std::vector<Search::Eval> segs;
+    };
+    std::vector<std::vector<Partial>> front(E + 1);
+    for (int b = 0; b <= E; b++) {
+        std::vector<Partial> cand;
+        for (int a = 0; a <= b; a++) {
+            Search::Eval e = s.best_tile(a, b, budget, use_exact);
+            if (!e.feasible) continue;
+            if (a == 0) {
+                cand.push_back({e.seconds, e.store, {e}});
+                continue;
+            }
+            for (const auto &p : front[a - 1]) {
+                Partial q{p.seconds + e.seconds, p.store + e.store, p.segs};
+                q.segs.push_back(e);
+                cand.push_back(std::move(q));
+            }
+        }
+        // Keep the Pareto front (or the single best without a store cap).
+        std::sort(cand.begin(), cand.end(), [](const Partial &x, const Partial &y) {
+            return x.seconds != y.seconds ? x.seconds < y.seconds : x.store < y.store;
+        });
+        int64_t best_store = std::numeric_limits<int64_t>::max();
+        for (auto &c : cand) {
+            if (req.checkpoint_cap > 0 && c.store + s.image_grad_bytes() > req.checkpoint_cap) continue;
+            if (c.store >= best_store) continue;
+            best_store = c.store;
+            front[b].push_back(std::move(c));
+            if (req.checkpoint_cap <= 0) break;
+        }
+    }
+    Choice best;
+    for (auto &p : front[E])
+        if (p.seconds < best.seconds) best = {p.seconds, p.segs, p.store};
+    return best;
+}
+
+Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c) {
+    Plan p;
+    p.model = m.name;
+    p.width = req.width;
+    p.height = req.height;
+    p.batch = req.batch;
+    p.memory_cap = req.memory_cap;
+    p.checkpoint_cap = req.checkpoint_cap;
+    p.fixed_bytes = s.fixed();
+    p.head_bytes = s.head();
+    int64_t worst = s.head();
+    double seconds = 0, flops = 0;
+    for (const auto &e : c.segments) {
+        p.segments.push_back(e.plan);
+        if (e.plan.last < s.end()) {
+            p.cuts.push_back(e.plan.last);
+            p.cut_names.push_back(m.layers[e.plan.last].name);
+        }
+        worst = std::max(worst, e.bytes);
+        seconds += e.plan.seconds;
+        double untiled = 0;
+        for (int l = e.plan.first; l <= e.plan.last; l++)
+            untiled += layer_flops(m, l, s.shapes()[l].width, s.shapes()[l].height).total();
+        flops += untiled * e.plan.recompute;
+    }
+    p.peak_bytes = s.fixed() + worst;
+    p.checkpoint_bytes = c.store + s.image_grad_bytes();
+    const double step = training_step_flops(m, req.width, req.height);
+    // The head runs untiled: its FLOPs once.
+    double head = 0;
+    for (int l = s.end() + 1; l < (int)m.layers.size(); l++)
+        head += layer_flops(m, l, s.shapes()[l].width, s.shapes()[l].height).total();
+    flops += head;
+    p.flops = flops * req.batch;
+    p.recompute = step > 0 ? flops / step : 1;
+    p.seconds = (seconds + head / req.rates.flops_per_second) * req.batch;
+    return p;
+}
+
+// The smallest working memory any split needs (bottleneck DP), for the
+// error message when a cap is too small.
+int64_t smallest_feasible(Search &s, bool use_exact) {
+    const int E = s.end();
+    std::vector<int64_t> best(E + 1, std::numeric_limits<int64_t>::max());
+    std::map<std::pair<int, int>, int64_t> seg_min;
+    for (int b = 0; b <= E; b++)
+        for (int a = 0; a <= b; a++) {
+            int64_t mb = 0;
+            s.best_tile(a, b, 0, use_exact, &mb);
+            const int64_t prev = a == 0 ? 0 : best[a - 1];
+            best[b] = std::min(best[b], std::max(prev, mb));
+        }
+    return s.fixed() + std::max(s.head(), best[E]);
+}
+
+}  // namespace
+
+int64_t AnalyticKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) {
+    // Each layer's output over the window the call computes, once forward
+    // and (backward) once more for its adjoint; the head: whole tensors.
+    if (kind == KernelKind::Head) {
+        // Every buffer of the call, twice (values and adjoints): the head
+        // reads small, globally pooled tensors.
+        int64_t bytes = 0;
+        for (const auto &[name, dims] : call.buffers) {
+            int64_t n = 1;
+            for (const auto &d : dims) n *= d.second;
+            bytes += n * type_bytes_;
+        }
+        return 2 * bytes;
+    }
+    const SegmentSpec &seg = layout.segments.at(segment);
+    const int first = seg.first, last = seg.last;
+    const auto shapes = model_.shapes_unchecked(call.scalars.at("image_width"), call.scalars.at("image_height"));
+    std::vector<std::pair<int, Box<int64_t>>> targets;
+    for (int o : seg.outputs) {
+        const std::string p = "tile_" + tensor_name(model_, o) + "_";
+        targets.push_back({o, {{call.scalars.at(p + "x_min"), call.scalars.at(p + "x_max")},
+                               {call.scalars.at(p + "y_min"), call.scalars.at(p + "y_max")}}});
+    }
+    int64_t bytes = 0;
+    const auto whole = whole_boxes(model_, shapes, call.scalars.at("image_width"), call.scalars.at("image_height"));
+    const auto need = required_boxes<int64_t, IntOps>(model_, first, last, targets, whole);
+    for (int l = first; l <= last; l++)
+        if (need[l]) bytes += box_pixels(*need[l]) * model_.layers[l].channels * type_bytes_;
+    return kind == KernelKind::Backward ? 2 * bytes : bytes;
+}
+
+Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
+    if (req.width <= 0 || req.height <= 0) throw ModelError("plan: give the image size (width and height > 0)");
+    Search s(m, req, exact);
+    // Halide's thread pool allocates beyond what the lowered code shows when
+    // tasks run concurrently (measured up to ~4% of a kernel's peak here with
+    // 2 threads, none with 1): keep a margin on the plan-dependent part.
+    const int64_t budget = req.memory_cap > 0 ? (int64_t)((double)(req.memory_cap - s.fixed()) / 1.06) : 0;
+    auto fail = [&](const std::string &why) -> PlanError {
+        const int64_t smallest = smallest_feasible(s, exact != nullptr);
+        return PlanError("no plan for " + m.name + " at " + std::to_string(req.width) + "x" +
+                             std::to_string(req.height) + " fits a working-memory cap of " +
+                             format_bytes(req.memory_cap) + " (" + why + "); the smallest feasible cap is " +
+                             format_bytes(smallest) + ": raise --memory-cap to at least that",
+                         smallest);
+    };
+    if (req.memory_cap > 0 && (budget <= 0 || s.head() > budget))
+        throw fail("parameters, gradients and optimizer state take " + format_bytes(s.fixed()) +
+                   ", the untiled head " + format_bytes(s.head()));
+
+    Choice c;
+    if (!req.allowed_cuts.empty()) {
+        for (const auto &cuts : req.allowed_cuts) {
+            SegmentLayout layout = make_segments(m, cuts);
+            Choice k;
+            k.seconds = 0;
+            for (const auto &seg : layout.segments) {
+                Search::Eval e = s.best_tile(seg.first, seg.last, budget, exact != nullptr);
+                if (!e.feasible) {
+                    k.seconds = kInfinity;
+                    break;
+                }
+                k.seconds += e.seconds;
+                k.store += e.store;
+                k.segments.push_back(e);
+            }
+            if (req.checkpoint_cap > 0 && k.store + s.image_grad_bytes() > req.checkpoint_cap) continue;
+            if (k.seconds < c.seconds) c = k;
+        }
+    } else {
+        // Search on the analytic model scaled by what the exact model said
+        // of each segment picked so far, until the picks are all calibrated.
+        for (int round = 0; round < 8; round++) {
+            c = search_cuts(s, req, budget, false);
+            if (!exact || c.seconds == kInfinity) break;
+            bool all = true;
+            for (const auto &e : c.segments)
+                if (!s.calibrated(e.plan.first, e.plan.last)) {
+                    s.calibrate(e.plan.first, e.plan.last, e.plan.tile);
+                    all = false;
+                }
+            if (all) break;
+        }
+        // Final tiles from the exact model itself.
+        if (exact && c.seconds < kInfinity) {
+            Choice f;
+            f.seconds = 0;
+            for (const auto &e : c.segments) {
+                Search::Eval x = s.best_tile(e.plan.first, e.plan.last, budget, true);
+                if (!x.feasible) {
+                    f.seconds = kInfinity;
+                    break;
+                }
+                f.seconds += x.seconds;
+                f.store += x.store;
+                f.segments.push_back(x);
+            }
+            c = f;
+        }
+    }
+    if (c.seconds == kInfinity) throw fail("even the smallest tiles of every split exceed it");
+    return to_plan(m, req, s, c);
+}
+
+Plan evaluate_plan(const Model &m, const PlanRequest &req, const std::vector<int> &cuts,
+                   const std::vector<TileSize> &tiles, KernelMemory *exact) {
+    Search s(m, req, exact);
+    SegmentLayout layout = make_segments(m, cuts);
+    if (tiles.size() != layout.segments.size())
+        throw ModelError("plan: " + std::to_string(layout.segments.size()) + " segments but " +
+                         std::to_string(tiles.size()) + " tile sizes");
+    Choice c;
+    c.seconds = 0;
+    for (size_t k = 0; k < tiles.size(); k++) {
+        Search::Eval e = s.evaluate(layout.segments[k].first, layout.segments[k].last, tiles[k], exact != nullptr);
+        if (!e.feasible) throw ModelError("plan: tile " + std::to_string(tiles[k].width) + " is not valid for segment " + std::to_string(k));
+        c.seconds += e.seconds;
+        c.store += e.store;
+        c.segments.push_back(e);
+    }
+    return to_plan(m, req, s, c);
+}
+
+}  // namespace segtile

@@ -1,0 +1,96 @@
+// The planner: cuts and a tile size per segment that minimise predicted
+// time under a cap on working memory (docs/design.md, "Planner").
+//
+// Memory model: what the executor's ledger counts as working memory at its
+// peak, i.e. the fixed part (parameters, gradients, optimizer state) plus,
+// for the worst kernel call, the runtime's per-call tensors (input-gradient
+// windows, weight-gradient partials) and the kernel's own allocations. The
+// latter come from a KernelMemory: exact (lowered code, kernel_memory.h) or
+// the analytic estimate below, which the planner uses to search and the
+// exact model then corrects.
+// Time model: FLOPs executed (halo recomputation included, spec/cost.h)
+// at a calibrated rate, plus bytes moved and a per-tile overhead.
+// Search: a dynamic program over cut positions in layer order; for every
+// candidate segment, every tile size from a ladder is tried.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autoscheduler/plan.h"
+#include "spec/kernel_call.h"
+#include "spec/model.h"
+
+namespace segtile {
+
+// Thrown when no plan fits: the message gives the smallest feasible cap.
+class PlanError : public std::runtime_error {
+public:
+    PlanError(const std::string &what, int64_t smallest_cap)
+        : std::runtime_error(what), smallest_feasible_cap(smallest_cap) {}
+    int64_t smallest_feasible_cap;
+};
+
+struct TimeRates {
+    double flops_per_second = 20e9;   // kernels' sustained rate (calibrate: autoscheduler/calibrate.h)
+    double bytes_per_second = 5e9;    // window copies and overlap-adds
+    double seconds_per_tile = 30e-6;  // call overhead per kernel call
+};
+
+struct PlanRequest {
+    int64_t width = 0, height = 0;
+    int batch = 1;               // images run one at a time; only the time scales
+    int64_t memory_cap = 0;      // working memory, bytes; 0: no cap (fewest cuts, largest tiles)
+    int64_t checkpoint_cap = 0;  // checkpoint store, bytes; 0: no cap
+    int type_bytes = 4;          // float32
+    int optimizer_copies = 2;    // optimizer state per trainable parameter (Adam 2, SGD with momentum 1)
+    int threads = 1;             // Halide's worker threads (parallel loops allocate per task)
+    // Halide's runtime allocates a little outside the kernels' code (thread
+    // pool work, seen up to ~50 KB here, timing-dependent): reserved.
+    int64_t runtime_reserve = 64 << 10;
+    TimeRates rates;
+    // Restrict cuts to these sets (e.g. the kernels a linked library has);
+    // empty: every cut position is searched.
+    std::vector<std::vector<int>> allowed_cuts;
+};
+
+// The kernels' own peak allocation for one call. The planner asks for the
+// forward and backward kernel of a segment (first..last, as in the layout
+// passed) and for the head.
+class KernelMemory {
+public:
+    virtual ~KernelMemory() = default;
+    virtual int64_t peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) = 0;
+    // True when peak() is exact for this segment (the planner then stops refining it).
+    virtual bool exact() const { return false; }
+};
+
+// The analytic estimate: each kernel holds its layers' values (and, backward,
+// their adjoints) over the tile's windows. Cheap; typically within 2x of
+// the lowered truth, which is why the planner refines with the exact model.
+class AnalyticKernelMemory : public KernelMemory {
+public:
+    int64_t peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) override;
+    explicit AnalyticKernelMemory(const Model &m, int type_bytes) : model_(m), type_bytes_(type_bytes) {}
+
+private:
+    Model model_;
+    int type_bytes_;
+};
+
+// Plans with `exact` (may be null: the analytic model alone). The search runs
+// on a model that is the analytic one scaled per segment by the exact/analytic
+// ratio, found for each segment the search picks, until the picked segments'
+// predictions are all exact. Throws PlanError when nothing fits.
+Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact = nullptr);
+
+// Predictions for given cuts and tiles (no search), with the same models.
+Plan evaluate_plan(const Model &m, const PlanRequest &req, const std::vector<int> &cuts,
+                   const std::vector<TileSize> &tiles, KernelMemory *exact = nullptr);
+
+}  // namespace segtile

@@ -1,0 +1,192 @@
+// The planner: plans fit their cap, a cap below the smallest feasible one
+// fails with that cap in the message, plans round-trip through JSON, and
+// the executor's measured peak working memory running a plan stays under
+// the cap and within 10% of the prediction.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/kernel_memory.h"
+#include "autoscheduler/planner.h"
+#include "generators/jit_kernel.h"
+#include "runtime/executor.h"
+#include "generators/kernels.h"
+#include "runtime/optimizer.h"
+
+using namespace segtile;
+
+namespace {
+
+LoweredKernelMemory cpu_memory(const Model &m) {
+    const Halide::Target t = Halide::get_jit_target_from_environment();
+    return LoweredKernelMemory(m, Halide::Float(32), [t](const std::vector<Halide::Func> &o) { schedule_cpu(o, t); }, t);
+}
+
+PlanRequest request(int64_t w, int64_t h, int64_t cap) {
+    PlanRequest r;
+    r.width = w;
+    r.height = h;
+    r.memory_cap = cap;
+    r.threads = (int)std::thread::hardware_concurrency();
+    return r;
+}
+
+// A kernel shared by every plan that has its segment (kernels depend on the
+// segment's layers, not on the cuts elsewhere or the tile size).
+class SharedKernel : public Kernel {
+public:
+    explicit SharedKernel(std::shared_ptr<Kernel> k) : k_(std::move(k)) {}
+    const std::vector<KernelArg> &signature() const override { return k_->signature(); }
+    void call(const std::vector<void *> &args) override { k_->call(args); }
+
+private:
+    std::shared_ptr<Kernel> k_;
+};
+
+// Runs plans of one model through the executor (JIT kernels, compiled once
+// per segment) and measures the ledger's peak working memory of a step.
+class PlanRunner {
+public:
+    PlanRunner(const Model &m, Schedule schedule) : m_(m), schedule_(schedule), params_(m, &ledger_) {
+        params_.init_pytorch_default(1);
+        opt_ = std::make_unique<Optimizer>(OptimizerConfig{"adam"}, params_, &ledger_);
+    }
+
+    int64_t measured_peak(const Plan &plan) {
+        SegmentLayout layout = make_segments(m_, plan.cuts);
+        ModelKernels k;
+        for (size_t s = 0; s < layout.segments.size(); s++) {
+            k.forward.push_back(kernel(layout, KernelKind::Forward, (int)s));
+            k.backward.push_back(kernel(layout, KernelKind::Backward, (int)s));
+        }
+        k.head = kernel(layout, KernelKind::Head, 0);
+        SegmentedExecutor exec(m_, layout, std::move(k), plan.tile_sizes(), &ledger_);
+        Tensor images({plan.width, plan.height, m_.input_channels, 1}, nullptr);  // data, not working memory
+        std::mt19937 rng(2);
+        std::normal_distribution<float> nd;
+        for (int64_t i = 0; i < images.numel(); i++) images.data()[i] = nd(rng);
+        Halide::Runtime::Buffer<> lt;
+        if (m_.loss.kind == LossKind::SoftmaxCrossEntropy) {
+            Halide::Runtime::Buffer<int32_t> l(1);
+            l(0) = 1;
+            lt = l;
+        } else {  // a dense target shaped like the prediction, (W', H', K, 1)
+            const TensorShape ps = m_.shapes(plan.width, plan.height)[m_.loss.input_id];
+            Halide::Runtime::Buffer<float> tg((int)ps.width, (int)ps.height, (int)ps.channels, 1);
+            tg.for_each_value([&](float &v) { v = nd(rng); });
+            lt = tg;
+        }
+        ledger_.reset_peaks();
+        exec.step(images, lt, params_);
+        return ledger_.peak();
+    }
+
+private:
+    std::unique_ptr<Kernel> kernel(const SegmentLayout &layout, KernelKind kind, int s) {
+        const auto [first, last] = kernel_layers(m_, layout, kind, s);
+        auto &slot = cache_[{first, last, (int)kind}];
+        if (!slot)
+            slot = std::make_shared<JitKernel>(m_, layout, kind, s, Halide::Float(32), &ledger_, std::set<std::string>{},
+                                               schedule_);
+        return std::make_unique<SharedKernel>(slot);
+    }
+
+    Model m_;
+    Schedule schedule_;
+    MemoryLedger ledger_;
+    ParamStore params_;
+    std::unique_ptr<Optimizer> opt_;
+    std::map<std::tuple<int, int, int>, std::shared_ptr<Kernel>> cache_;
+};
+
+}  // namespace
+
+TEST(Planner, TighterCapsGiveMoreCutsOrSmallerTilesAndFit) {
+    Model m = load_model("vgg16");
+    AnalyticKernelMemory analytic(m, 4);
+    const Plan free = make_plan(m, request(512, 512, 0), nullptr);
+    EXPECT_TRUE(free.cuts.empty()) << "no cap: one segment, whole image";
+    for (double frac : {0.5, 0.25, 0.125}) {
+        const int64_t cap = free.fixed_bytes + (int64_t)(frac * (double)(free.peak_bytes - free.fixed_bytes));
+        const Plan p = make_plan(m, request(512, 512, cap), nullptr);
+        EXPECT_LE(p.peak_bytes, cap) << plan_table(p, m);
+        EXPECT_GE(p.recompute, 1.0);
+        EXPECT_GT(p.seconds, 0);
+    }
+}
+
+TEST(Planner, CapBelowSmallestFeasibleNamesIt) {
+    Model m = load_model("vgg16");
+    try {
+        make_plan(m, request(512, 512, 1 << 20), nullptr);
+        FAIL() << "1 MiB cannot hold VGG16's weights";
+    } catch (const PlanError &e) {
+        EXPECT_GT(e.smallest_feasible_cap, 1 << 20);
+        EXPECT_NE(std::string(e.what()).find("smallest feasible cap is " + format_bytes(e.smallest_feasible_cap)),
+                  std::string::npos)
+            << e.what();
+        // And that cap is feasible.
+        const Plan p = make_plan(m, request(512, 512, e.smallest_feasible_cap), nullptr);
+        EXPECT_LE(p.peak_bytes, e.smallest_feasible_cap);
+    }
+}
+
+TEST(Planner, PlanRoundTripsThroughJson) {
+    Model m = load_model("unet");
+    const Plan free = make_plan(m, request(128, 96, 0), nullptr);
+    const Plan p = make_plan(m, request(128, 96, free.fixed_bytes + (free.peak_bytes - free.fixed_bytes) / 3), nullptr);
+    const Plan q = plan_from_json(plan_to_json(p), m, "plan.json");
+    EXPECT_EQ(q.cuts, p.cuts);
+    ASSERT_EQ(q.segments.size(), p.segments.size());
+    for (size_t k = 0; k < p.segments.size(); k++) {
+        EXPECT_EQ(q.segments[k].tile.width, p.segments[k].tile.width);
+        EXPECT_EQ(q.segments[k].backward_bytes, p.segments[k].backward_bytes);
+    }
+    EXPECT_EQ(q.peak_bytes, p.peak_bytes);
+    EXPECT_THROW(plan_from_json("{\"format\": \"segtile-plan/1\", \"model\": \"vgg16\"}", m, "other.json"), ModelError);
+    EXPECT_THROW(plan_from_json("not json", m, "bad.json"), ModelError);
+}
+
+// Four shipped models (and the main job's) x two sizes x three caps: the
+// executor's measured peak stays under the cap and within 10% of the
+// prediction. The big models run the reference schedule here (every Func
+// at root: quick to compile); the memory model reads whichever schedule the
+// kernels get off their lowered code.
+class MeasuredPeak : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
+
+TEST_P(MeasuredPeak, UnderCapAndWithinTenPercentOfPrediction) {
+    const auto &[name, size1, size2] = GetParam();
+    Model m = load_model(name);
+    const Schedule schedule = name == "tiny_cnn" ? Schedule::Cpu : Schedule::Reference;
+    const Halide::Target t = Halide::get_jit_target_from_environment();
+    LoweredKernelMemory exact(m, Halide::Float(32), [&](const std::vector<Halide::Func> &o) {
+        if (schedule == Schedule::Cpu) schedule_cpu(o, t);
+        else schedule_reference(o);
+    }, t);
+    PlanRunner runner(m, schedule);
+    for (int size : {size1, size2}) {
+        const Plan free = make_plan(m, request(size, size, 0), &exact);
+        for (double frac : {1.0, 0.5, 0.25}) {
+            const int64_t cap = free.fixed_bytes + (int64_t)(frac * (double)(free.peak_bytes - free.fixed_bytes));
+            const Plan p = make_plan(m, request(size, size, cap), &exact);
+            const int64_t measured = runner.measured_peak(p);
+            std::printf("%s %dx%d cap %s (%.2f): cuts %s; predicted %s, measured %s\n", name.c_str(), size, size,
+                        format_bytes(cap).c_str(), frac, p.cuts_string().c_str(), format_bytes(p.peak_bytes).c_str(),
+                        format_bytes(measured).c_str());
+            EXPECT_LE(measured, cap) << plan_table(p, m);
+            EXPECT_NEAR((double)measured, (double)p.peak_bytes, 0.1 * (double)p.peak_bytes) << plan_table(p, m);
+            // The part that depends on the plan, not only the total (which
+            // the fixed parameters dominate for the big models at these sizes).
+            const double variable = (double)(p.peak_bytes - p.fixed_bytes);
+            EXPECT_NEAR((double)(measured - p.fixed_bytes), variable, 0.1 * variable) << plan_table(p, m);
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MeasuredPeak,
+                         ::testing::Values(std::make_tuple("tiny_cnn", 256, 192), std::make_tuple("vgg16", 64, 96),
+                                           std::make_tuple("darknet19", 64, 96), std::make_tuple("resnet18", 64, 96),
+                                           std::make_tuple("unet", 64, 96)),
+                         [](const auto &info) { return std::get<0>(info.param); });
