@@ -9,6 +9,8 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/jit_step_kernel.h"
+#include "apps/planning.h"
+#include "io/atomic_file.h"
 #include "generators/jit_kernel.h"
 #include "runtime/trainer.h"
 #include "spec/model.h"
@@ -33,17 +35,29 @@ float mean(const std::vector<float> &v, size_t from, size_t to) {
 
 struct TiledOptions {
     std::string cuts;  // layer names, comma-separated
-    std::string tile;  // WxH; empty: untiled training
+    std::string tile;  // WxH; empty: untiled training (unless planned)
     std::string checkpoint_dir;
+    std::string plan_file;         // a plan from `segtile plan --json`
+    segtile::PlanOptions planning;  // --memory-cap: plan for it
+    bool planned() const { return !plan_file.empty() || !planning.memory_cap.empty(); }
 };
 
 std::unique_ptr<segtile::StepKernel> tiled_kernel(const segtile::Model &m, const std::string &model_name,
                                                   const TiledOptions &opt, segtile::MemoryLedger &ledger) {
     using namespace segtile;
-    const std::vector<int> cuts = parse_cuts(m, opt.cuts);
+    std::vector<int> cuts;
+    std::vector<TileSize> tiles;
+    if (opt.planned()) {
+        const Plan plan = !opt.plan_file.empty() ? read_plan_file(opt.plan_file, m) : plan_for(m, opt.planning);
+        std::cout << plan_table(plan, m);
+        cuts = plan.cuts;
+        tiles = plan.tile_sizes();
+    } else {
+        cuts = parse_cuts(m, opt.cuts);
+        const auto [tw, th] = parse_size(opt.tile);
+        tiles.assign(make_segments(m, cuts).segments.size(), TileSize{tw, th});
+    }
     SegmentLayout layout = make_segments(m, cuts);
-    const auto [tw, th] = parse_size(opt.tile);
-    std::vector<TileSize> tiles(layout.segments.size(), TileSize{tw, th});
     ModelKernels kernels;
     if (model_name == kBuiltinModel && cuts == parse_cuts(m, tiny_cnn_tiled_cuts())) {
         kernels = tiny_cnn_tiled_kernels(m, &ledger);
@@ -51,21 +65,25 @@ std::unique_ptr<segtile::StepKernel> tiled_kernel(const segtile::Model &m, const
         std::cout << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels for these cuts...\n" << std::flush;
         kernels = jit_model_kernels(m, layout, Halide::Float(32), &ledger);
     }
-    std::cout << "tiled: " << layout.segments.size() << " segments, " << tw << "x" << th << " tiles, checkpoints in "
+    std::cout << "tiled: " << layout.segments.size() << " segments, checkpoints in "
               << (opt.checkpoint_dir.empty() ? std::string("memory") : opt.checkpoint_dir) << "\n";
     return std::make_unique<TiledStep>(std::make_unique<SegmentedExecutor>(
         m, layout, std::move(kernels), tiles, &ledger, halide_type_of<float>(), opt.checkpoint_dir));
 }
 
 int run_train(const std::string &model_name, const std::string &size, segtile::TrainConfig cfg,
-              const TiledOptions &tiled) {
+              TiledOptions tiled) {
     using namespace segtile;
     Model m = load_model(model_name);
     std::tie(cfg.data.width, cfg.data.height) = parse_size(size);
     cfg.data.channels = m.input_channels;
     MemoryLedger ledger;
     std::unique_ptr<StepKernel> kernel;
-    if (!tiled.tile.empty()) {
+    if (!tiled.tile.empty() || tiled.planned()) {
+        tiled.planning.width = cfg.data.width;
+        tiled.planning.height = cfg.data.height;
+        tiled.planning.batch = cfg.batch;
+        tiled.planning.optimizer = cfg.optimizer.kind;
         kernel = tiled_kernel(m, model_name, tiled, ledger);
     } else if (model_name == kBuiltinModel) {
         kernel = aot_step(m, tiny_cnn_step_argv, tiny_cnn_step_metadata, &ledger);
@@ -73,7 +91,7 @@ int run_train(const std::string &model_name, const std::string &size, segtile::T
         std::cout << "JIT-compiling the training step of " << m.name << " (no prebuilt library)...\n" << std::flush;
         kernel = jit_step(m, &ledger);
     }
-    std::cout << "training " << m.name << (tiled.tile.empty() ? " untiled" : " tiled") << " on generated " << cfg.data.width << "x" << cfg.data.height
+    std::cout << "training " << m.name << (tiled.tile.empty() && !tiled.planned() ? " untiled" : " tiled") << " on generated " << cfg.data.width << "x" << cfg.data.height
               << " images (marks: filled = class 1, hollow = class 0), " << cfg.steps << " steps of batch "
               << cfg.batch << ", " << cfg.optimizer.kind << " lr " << cfg.optimizer.lr << "\n";
     TrainReport r = train_synthetic(m, *kernel, cfg, ledger, std::cout);
@@ -120,9 +138,42 @@ int main(int argc, char **argv) {
     train->add_option("--checkpoint-dir", tiled.checkpoint_dir,
                       "keep checkpoints in memory-mapped files in this directory");
 
+    train->add_option("--memory-cap", tiled.planning.memory_cap,
+                      "plan cuts and tiles so working memory stays under this, e.g. 256MiB");
+    train->add_option("--plan", tiled.plan_file, "run this plan file (from `segtile plan --json`)");
+    train->add_flag("--estimate", tiled.planning.estimate, "plan with the analytic kernel-memory estimate (no lowering)");
+
+    auto *plan = app.add_subcommand("plan", "choose cuts and tile sizes for a memory cap, and print the plan");
+    std::string plan_model = kBuiltinModel, plan_size = "1024x1024", plan_json;
+    segtile::PlanOptions popt;
+    plan->add_option("--model", plan_model, "shipped model name or model .json file")->capture_default_str();
+    plan->add_option("--size", plan_size, "image size WIDTHxHEIGHT")->capture_default_str();
+    plan->add_option("--memory-cap", popt.memory_cap, "working-memory cap, e.g. 512MiB (default: none)");
+    plan->add_option("--checkpoint-cap", popt.checkpoint_cap, "checkpoint-store cap (default: none)");
+    plan->add_option("--batch", popt.batch, "images per step")->capture_default_str()->check(CLI::PositiveNumber);
+    plan->add_option("--optimizer", popt.optimizer, "sgd or adam (its state is part of working memory)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"sgd", "adam"}));
+    plan->add_option("--json", plan_json, "also write the plan to this file (for `segtile train --plan`)");
+    plan->add_flag("--estimate", popt.estimate, "analytic kernel-memory estimate only (fast, approximate)");
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (train->parsed()) return run_train(model, size, cfg, tiled);
+        if (plan->parsed()) {
+            segtile::Model m = segtile::load_model(plan_model);
+            std::tie(popt.width, popt.height) = parse_size(plan_size);
+            const segtile::Plan p = segtile::plan_for(m, popt);
+            std::cout << segtile::plan_table(p, m);
+            if (!plan_json.empty()) {
+                segtile::write_file_atomically(plan_json, segtile::plan_to_json(p));
+                std::cout << "plan written to " << plan_json << "\n";
+            }
+            return 0;
+        }
+    } catch (const segtile::PlanError &e) {
+        std::fprintf(stderr, "segtile: %s\n", e.what());
+        return 3;
     } catch (const segtile::ModelError &e) {
         std::fprintf(stderr, "segtile: %s\n", e.what());
         return 2;

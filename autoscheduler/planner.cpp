@@ -14,6 +14,10 @@ namespace segtile {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// Halide's thread pool allocates beyond what the lowered code shows when
+// tasks run concurrently (measured up to ~4% of a kernel's peak here with
+// 2 threads, none with 1): plans keep this margin on the plan-dependent part.
+constexpr double kMargin = 1.06;
 
 // Tile sides tried on a segment's output: fine enough for deep, strided
 // layers, coarse enough that the search stays cheap. 0 is the whole extent.
@@ -338,7 +342,7 @@ int64_t smallest_feasible(Search &s, bool use_exact) {
             const int64_t prev = a == 0 ? 0 : best[a - 1];
             best[b] = std::min(best[b], std::max(prev, mb));
         }
-    return s.fixed() + std::max(s.head(), best[E]);
+    return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), best[E])) + 1;
 }
 
 }  // namespace
@@ -377,10 +381,7 @@ int64_t AnalyticKernelMemory::peak(const SegmentLayout &layout, KernelKind kind,
 Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     if (req.width <= 0 || req.height <= 0) throw ModelError("plan: give the image size (width and height > 0)");
     Search s(m, req, exact);
-    // Halide's thread pool allocates beyond what the lowered code shows when
-    // tasks run concurrently (measured up to ~4% of a kernel's peak here with
-    // 2 threads, none with 1): keep a margin on the plan-dependent part.
-    const int64_t budget = req.memory_cap > 0 ? (int64_t)((double)(req.memory_cap - s.fixed()) / 1.06) : 0;
+    const int64_t budget = req.memory_cap > 0 ? (int64_t)((double)(req.memory_cap - s.fixed()) / kMargin) : 0;
     auto fail = [&](const std::string &why) -> PlanError {
         const int64_t smallest = smallest_feasible(s, exact != nullptr);
         return PlanError("no plan for " + m.name + " at " + std::to_string(req.width) + "x" +

@@ -22,6 +22,7 @@ void MemoryLedger::freed(size_t bytes, Kind k) { counter(k).add(-(int64_t)bytes)
 void MemoryLedger::reset_peaks() {
     working_.peak = working_.current.load();
     checkpoint_.peak = checkpoint_.current.load();
+    data_.peak = data_.current.load();
     halide_.peak = halide_.current.load();
 }
 

@@ -14,7 +14,9 @@ namespace segtile {
 class MemoryLedger {
 public:
     // Categories reported separately: the checkpoint store is not working memory.
-    enum class Kind { Working, Checkpoint };
+    // Data: the input batch (images, their gradients, predictions), which
+    // the caller holds whatever the plan.
+    enum class Kind { Working, Checkpoint, Data };
 
     void allocated(size_t bytes, Kind k = Kind::Working);
     void freed(size_t bytes, Kind k = Kind::Working);
@@ -39,9 +41,11 @@ private:
         std::atomic<int64_t> current{0}, peak{0};
         void add(int64_t b);
     };
-    Counter &counter(Kind k) { return k == Kind::Working ? working_ : checkpoint_; }
-    const Counter &counter(Kind k) const { return k == Kind::Working ? working_ : checkpoint_; }
-    Counter working_, checkpoint_, halide_;
+    Counter &counter(Kind k) { return k == Kind::Working ? working_ : k == Kind::Checkpoint ? checkpoint_ : data_; }
+    const Counter &counter(Kind k) const {
+        return k == Kind::Working ? working_ : k == Kind::Checkpoint ? checkpoint_ : data_;
+    }
+    Counter working_, checkpoint_, data_, halide_;
 };
 
 // The process's resident-set high-water mark (VmHWM), in bytes.

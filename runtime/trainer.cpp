@@ -30,9 +30,10 @@ TrainReport train_synthetic(const Model &m, StepKernel &kernel, const TrainConfi
         << format_bytes(params.bytes()) << ", optimizer state " << format_bytes(ledger.current() - params.bytes())
         << "\nbatch " << N << " x " << W << "x" << H << "x" << C << ": image " << format_bytes(image_bytes)
         << ", image gradient " << format_bytes(image_bytes) << ", prediction " << format_bytes(pred_bytes) << "\n";
-    Tensor image({W, H, C, N}, &ledger);            // (W, H, C, N)
-    Tensor grad_image({W, H, C, N}, &ledger);       // (W, H, C, N)
-    Tensor prediction({ps.width, ps.height, ps.channels, N}, &ledger);  // (1, 1, K, N) logits
+    const auto data = MemoryLedger::Kind::Data;
+    Tensor image({W, H, C, N}, &ledger, data);                                // (W, H, C, N)
+    Tensor grad_image({W, H, C, N}, &ledger, data);                           // (W, H, C, N)
+    Tensor prediction({ps.width, ps.height, ps.channels, N}, &ledger, data);  // (1, 1, K, N) logits
     std::vector<int32_t> labels;
     Halide::Runtime::Buffer<int32_t> label_buf(N);  // (N)
 

@@ -158,6 +158,10 @@ class MeasuredPeak : public ::testing::TestWithParam<std::tuple<std::string, int
 
 TEST_P(MeasuredPeak, UnderCapAndWithinTenPercentOfPrediction) {
     const auto &[name, size1, size2] = GetParam();
+    // The big models JIT-compile every segment kernel of six plans: tens of
+    // minutes on two cores, so they run on request, not in CI.
+    if (name != "tiny_cnn" && !std::getenv("SEGTILE_LONG_TESTS"))
+        GTEST_SKIP() << "set SEGTILE_LONG_TESTS=1 to run " << name << " (long: JIT of every planned segment)";
     Model m = load_model(name);
     const Schedule schedule = name == "tiny_cnn" ? Schedule::Cpu : Schedule::Reference;
     const Halide::Target t = Halide::get_jit_target_from_environment();

@@ -1,0 +1,46 @@
+#include "apps/planning.h"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/kernel_memory.h"
+#include "runtime/memory_ledger.h"
+
+namespace segtile {
+
+Plan plan_for(const Model &m, const PlanOptions &opt) {
+    PlanRequest req;
+    req.width = opt.width;
+    req.height = opt.height;
+    req.batch = opt.batch;
+    try {
+        if (!opt.memory_cap.empty()) req.memory_cap = parse_bytes(opt.memory_cap);
+        if (!opt.checkpoint_cap.empty()) req.checkpoint_cap = parse_bytes(opt.checkpoint_cap);
+    } catch (const std::invalid_argument &e) {
+        throw ModelError(std::string("--memory-cap / --checkpoint-cap: ") + e.what());
+    }
+    req.optimizer_copies = opt.optimizer == "adam" ? 2 : 1;
+    const char *threads = std::getenv("HL_NUM_THREADS");
+    req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
+    if (opt.estimate) return make_plan(m, req, nullptr);
+    const Halide::Target t = Halide::get_jit_target_from_environment();
+    LoweredKernelMemory exact(m, Halide::Float(32), [t](const std::vector<Halide::Func> &o) { schedule_cpu(o, t); }, t);
+    std::cout << "planning " << m.name << " at " << opt.width << "x" << opt.height
+              << " (lowering the kernels of candidate segments to size their allocations)...\n"
+              << std::flush;
+    Plan p = make_plan(m, req, &exact);
+    return p;
+}
+
+Plan read_plan_file(const std::string &path, const Model &m) {
+    std::ifstream f(path);
+    if (!f) throw ModelError(path + ": cannot read the plan file; write one with `segtile plan ... --json " + path + "`");
+    std::stringstream s;
+    s << f.rdbuf();
+    return plan_from_json(s.str(), m, path);
+}
+
+}  // namespace segtile
