@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "autoscheduler/calibrate.h"
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "runtime/memory_ledger.h"
@@ -25,6 +26,17 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     req.optimizer_copies = opt.optimizer == "adam" ? 2 : 1;
     const char *threads = std::getenv("HL_NUM_THREADS");
     req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
+    // The time model's rates: measured on this machine once, then reused.
+    const std::string cal = calibration_path();
+    if (opt.calibrate) {
+        std::cout << "calibrating the time model (JIT-compiling and timing two small conv steps)...\n" << std::flush;
+        req.rates = measure_time_rates();
+        save_time_rates(req.rates, cal);
+        std::cout << "measured " << req.rates.flops_per_second / 1e9 << " GFLOP/s, "
+                  << req.rates.seconds_per_tile * 1e6 << " us per kernel call; saved to " << cal << "\n";
+    } else if (!load_time_rates(req.rates, cal)) {
+        std::cout << "time model: default rates (run `segtile plan --calibrate` once to measure this machine's)\n";
+    }
     if (opt.estimate) return make_plan(m, req, nullptr);
     const Halide::Target t = Halide::get_jit_target_from_environment();
     LoweredKernelMemory exact(m, Halide::Float(32), [t](const std::vector<Halide::Func> &o) { schedule_cpu(o, t); }, t);

@@ -16,6 +16,7 @@ struct PlanOptions {
     std::string checkpoint_cap;  // empty: no cap
     std::string optimizer = "adam";
     bool estimate = false;       // the analytic kernel memory only (no lowering)
+    bool calibrate = false;      // measure this machine's rates first (and save them)
 };
 
 // Plans (printing what it does: lowering kernels takes seconds per segment).
