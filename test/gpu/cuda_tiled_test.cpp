@@ -1,6 +1,7 @@
 // CUDA AOT libraries (segtile_add_model(... TARGET cuda)) in a program
 // without libHalide. Everywhere: they link next to the CPU libraries and
-// match the model's kernel signatures. With a GPU: a tiled training step
+// match the model's kernel signatures, and the executor's device path
+// changes nothing for CPU kernels. With a GPU: a tiled training step
 // on the device equals the same step on the CPU, and on the device a tiled
 // VGG16 step equals the one-tile step. Without a GPU those are skipped.
 #include <gtest/gtest.h>
@@ -84,6 +85,23 @@ TEST(CudaLibraries, MatchTheModelsKernelSignatures) {
     const std::string target = tiny_cnn_cuda_backward_0_metadata()->target;
     EXPECT_NE(target.find("cuda"), std::string::npos) << target;
     EXPECT_NE(target.find("cuda_capability_86"), std::string::npos) << target;
+}
+
+TEST(CudaLibraries, DevicePathBindsTheSameBuffers) {
+    // The executor's device path (parameters bound once per segment, outputs
+    // synchronised after each call) with CPU kernels, where no buffer has a
+    // device allocation: the same step to the bit.
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
+    const Tensor images = random_images({40, 33, 1, 1}, 9);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 0;
+    const std::vector<TileSize> tiles{{5, 5}, {4, 4}, {3, 3}};
+    StepResult host = run_step(m, layout, tiny_cnn_tiled_kernels(m, nullptr), tiles, false, images, labels, 2);
+    StepResult device = run_step(m, layout, tiny_cnn_tiled_kernels(m, nullptr), tiles, true, images, labels, 2);
+    EXPECT_EQ(device.loss, host.loss);
+    EXPECT_EQ(device.grads, host.grads);
+    EXPECT_EQ(device.grad_image, host.grad_image);
 }
 
 TEST(CudaLibraries, TinyCnnTiledStepOnTheGpuEqualsTheCpu) {
