@@ -7,12 +7,14 @@
 //   peers_bench [--long] [--peak_gflops=X] [--time_limit=S] \
 //       --benchmark_out=bench/results/peers.json --benchmark_out_format=json
 //
-// Default: tiny_cnn, VGG16 and Darknet19 at 256x256 (about 15 minutes on
-// 2 cores); --long adds 512x512 and VGG16/Darknet19 at 1024x1024. Each
-// configuration runs in its own process (bench/isolated_run.h): one whose
-// autoscheduler fails, crashes or passes the time limit (default 600 s,
-// compile included) is reported with the reason in its label and no
-// counters, and the suite goes on.
+// Default: tiny_cnn, VGG16 and Darknet19 at 256x256; --long adds 512x512
+// and VGG16/Darknet19 at 1024x1024. Each configuration runs in its own
+// process (bench/isolated_run.h): one whose autoscheduler fails, crashes or
+// passes the time limit (default 600 s, compile included, so the default
+// run stays under about 15 minutes per model) is reported with the reason
+// in its label and no counters, and the suite goes on. On 2 cores shared
+// with other work, compiling a VGG16 step alone can take longer than that:
+// raise --time_limit on an idle machine.
 #include <benchmark/benchmark.h>
 
 #include <string>
