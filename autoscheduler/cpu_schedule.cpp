@@ -163,6 +163,39 @@ Func rfactor_reduction(Func f, int k, const std::string &r, int width) {
     return intm;
 }
 
+// An autodiff scatter: the adjoint of a gather such as a convolution's
+// input, d_in(r_x - p + r_kx, r_y - p + r_ky, r_c, n) += ..., whose LHS holds
+// only RVars. For fixed kernel taps, distinct r_x write distinct elements,
+// so the RVar over the consumer's x (run-time extent, in LHS position 0) can
+// run in vector lanes, and an RVar standing alone at a channel position can
+// run in parallel. Halide proves both (or refuses at lowering, which the
+// caller's compile reports); returns false when the pattern is absent.
+bool schedule_scatter(Func f, int k, const std::vector<Expr> &lhs, int width) {
+    if (lhs.size() < 3) return false;
+    Stage s = f.update(k);
+    std::string vec, par;
+    std::vector<std::string> rvars;
+    for (const auto &r : s.get_schedule().rvars()) rvars.push_back(r.var);
+    for (const auto &r : s.get_schedule().rvars()) {
+        if (!Halide::Internal::is_const(r.extent) && expr_uses_var(lhs[0], r.var) && vec.empty()) vec = r.var;
+        for (size_t i = 2; i < lhs.size(); i++) {
+            const auto *v = lhs[i].as<Halide::Internal::Variable>();
+            if (v && v->name == r.var && par.empty()) par = r.var;
+        }
+    }
+    if (vec.empty()) return false;
+    // Loop order: vec innermost, the other RVars in their order, par outermost.
+    std::vector<VarOrRVar> order{RVar(vec)};
+    for (const auto &r : rvars)
+        if (r != vec && r != par) order.emplace_back(RVar(r));
+    if (!par.empty()) order.emplace_back(RVar(par));
+    s.reorder(order);
+    s.split(RVar(vec), RVar(vec + "_vo"), RVar(vec + "_vi"), width, kTail).vectorize(RVar(vec + "_vi"));
+    if (!par.empty()) s.parallel(RVar(par));
+    if (debug()) std::fprintf(stderr, "schedule_cpu: scatter %s.update(%d): lanes %s, parallel %s\n", f.name().c_str(), k, vec.c_str(), par.c_str());
+    return true;
+}
+
 void schedule_func(Func f, const Halide::Target &target) {
     f.compute_root();
     const int width = target.natural_vector_size(f.type());
@@ -184,7 +217,12 @@ void schedule_func(Func f, const Halide::Target &target) {
             for (const auto &d : f.update(k).get_schedule().dims()) o << " " << d.var;
             std::fprintf(stderr, "schedule_cpu: %s.update(%d) lhs%s\n", f.name().c_str(), k, o.str().c_str());
         }
-        const bool try_rfactor = !r.empty() && (!constant || safe.empty() || safe[0].empty());
+        // rfactor where lanes along dimension 0 are useless: parameter
+        // gradients (dimension 0 is a kernel tap) and LHS without a pure
+        // Var there. A tensor's adjoint (autodiff's gather for a conv
+        // input, over taps and channels) vectorises along image x instead.
+        const bool param_grad = f.name().rfind("p_", 0) == 0;
+        const bool try_rfactor = !r.empty() && ((!constant && param_grad) || safe.empty() || safe[0].empty());
         Func intm = try_rfactor ? rfactor_reduction(f, k, r, width) : Func();
         // What is left (or was there): lanes over dimension 0 when the LHS
         // holds it as a pure Var, parallel over the other pure Vars.
@@ -194,7 +232,8 @@ void schedule_func(Func f, const Halide::Target &target) {
         // The rfactor partials per iteration of that parallel loop (one row
         // of a weight gradient), not `width` copies of the whole gradient.
         if (intm.defined() && !fused.empty()) intm.compute_at(f, Var(fused));
-        if (!try_rfactor && (safe.empty() || safe[0].empty()) && rest.empty()) f.update(k).unscheduled();
+        if (!try_rfactor && (safe.empty() || safe[0].empty()) && rest.empty() && !schedule_scatter(f, k, lhs, width))
+            f.update(k).unscheduled();
     }
 }
 
