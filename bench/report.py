@@ -254,8 +254,8 @@ def steps_section(peers, train, out, img_dir):
             if failed(b):
                 continue
             model, size, sched = key(b)
-            times[f"{model} {sched}"].append((int(size), b["seconds_per_step"]))
-            mems[f"{model} {sched}"].append((int(size), b["peak_working_bytes"] / 2**20))
+            times[f"{model} {sched} (peers_bench)"].append((int(size), b["seconds_per_step"]))
+            mems[f"{model} {sched} (peers_bench)"].append((int(size), b["peak_working_bytes"] / 2**20))
     if train:
         rs = rows(train)
         out.append("## Training step of VGG16 and Darknet19 by image size (segtile CPU schedule)\n")
@@ -271,7 +271,7 @@ def steps_section(peers, train, out, img_dir):
             if failed(b):
                 continue
             model, size, cap = key(b)
-            name = f"{model} segtile_cpu" + ("" if cap == "none" else f" cap {cap}")
+            name = f"{model} segtile_cpu, cap {cap} (train_step_bench)"
             times[name] = [p for p in times[name] if p[0] != int(size)] + [(int(size), b["seconds_per_step"])]
             mems[name] = [p for p in mems[name] if p[0] != int(size)] + [(int(size), b["peak_working_bytes"] / 2**20)]
     if times:
