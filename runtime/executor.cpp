@@ -133,7 +133,14 @@ std::vector<Tensor> SegmentedExecutor::make_partials(const ParamStore &params, i
     return partials;
 }
 
+void SegmentedExecutor::report(std::string name, const char *category, std::chrono::steady_clock::time_point start,
+                               std::vector<std::pair<std::string, int64_t>> args) const {
+    if (trace_) trace_({std::move(name), category, start, std::chrono::steady_clock::now(), std::move(args)});
+}
+
 void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
+    using clock = std::chrono::steady_clock;
+    const clock::time_point segment_start = clock::now();
     const SegmentSpec &seg = layout_.segments[s];
     std::vector<Tensor> partials = backward ? make_partials(params, seg.first, seg.last) : std::vector<Tensor>{};
     Kernel &kernel = backward ? *kernels_.backward[s] : *kernels_.forward[s];
@@ -143,6 +150,7 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     const auto specs = params.specs();
     for (size_t ty = 0; ty < regions.y[0].size(); ty++) {
         for (size_t tx = 0; tx < regions.x[0].size(); tx++) {
+            const clock::time_point tile_start = clock::now();
             const TileWindows win = tile_windows(model_, seg, regions, tx, ty, full);
             const auto &targets = win.targets;
             const auto &need = win.need;
@@ -201,21 +209,32 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
                     args.buffer("grad_" + c_identifier(specs[p].name), views.back().raw_buffer());
                 }
             }
+            const clock::time_point kernel_start = clock::now();
             kernel.call(args.build(kernel.signature()));
             if (device_) sync_to_host(views);
             tiles_run_++;
-            if (!backward) continue;
-            for (auto &[t, g] : grad_windows) add_window(grads_[t], g, need[t]->x.lo, need[t]->y.lo);
-            for (size_t p = 0; p < specs.size(); p++)
-                if (specs[p].layer >= seg.first && specs[p].layer <= seg.last && specs[p].trainable)
-                    add_scaled(params.grads[p], partials[p], 1.0);
+            const std::string tile = "tile " + std::to_string(tx) + "," + std::to_string(ty);
+            if (trace_) report(std::string(backward ? "backward" : "forward") + " kernel, segment " + std::to_string(s),
+                               "kernel", kernel_start);
+            if (backward) {
+                for (auto &[t, g] : grad_windows) add_window(grads_[t], g, need[t]->x.lo, need[t]->y.lo);
+                for (size_t p = 0; p < specs.size(); p++)
+                    if (specs[p].layer >= seg.first && specs[p].layer <= seg.last && specs[p].trainable)
+                        add_scaled(params.grads[p], partials[p], 1.0);
+            }
+            if (trace_) report(tile, "tile", tile_start, {{"tx", (int64_t)tx}, {"ty", (int64_t)ty}});
         }
     }
     device_params_.clear();  // frees their device copies
+    if (trace_)
+        report("segment " + std::to_string(s) + (backward ? " backward" : " forward"), "segment", segment_start,
+               {{"first_layer", seg.first}, {"last_layer", seg.last},
+                {"tiles", (int64_t)(regions.x[0].size() * regions.y[0].size())}});
 }
 
 void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &params, Tensor *predictions, int n,
                                  double &loss) {
+    const auto head_start = std::chrono::steady_clock::now();
     Kernel &kernel = *kernels_.head;
     std::vector<Tensor> partials = make_partials(params, layout_.head_first, model_.loss.input_id);
     const int L = (int)model_.layers.size();
@@ -254,6 +273,7 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
     kernel.call(args.build(kernel.signature()));
     if (device_) sync_to_host(views);
     loss = type_ == halide_type_of<double>() ? loss_storage : (double)*reinterpret_cast<float *>(&loss_storage);
+    if (trace_) report("head and loss", "head", head_start);
     for (size_t p = 0; p < specs.size(); p++)
         if (specs[p].layer >= layout_.head_first && specs[p].layer <= model_.loss.input_id && specs[p].trainable)
             add_scaled(params.grads[p], partials[p], 1.0);

@@ -8,6 +8,8 @@
 // while weight gradients accumulate. A batch runs one image at a time.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +22,15 @@
 #include "spec/tiling.h"
 
 namespace segtile {
+
+// What the optional trace hook is told after each segment, tile and kernel
+// call (e.g. to write a Chrome trace of one step); steady-clock times.
+struct ExecutorEvent {
+    std::string name, category;  // category: "segment", "tile", "kernel", "head"
+    std::chrono::steady_clock::time_point start, end;
+    std::vector<std::pair<std::string, int64_t>> args;
+};
+using ExecutorTraceHook = std::function<void(const ExecutorEvent &)>;
 
 struct ModelKernels {
     std::vector<std::unique_ptr<Kernel>> forward, backward;  // per segment
@@ -46,6 +57,8 @@ public:
     // cuda)): after each call its outputs are copied back to the host and
     // its device buffers freed; parameters stay on the device per segment.
     void set_device(bool on) { device_ = on; }
+    // Reports every segment, tile and kernel call to `hook` (empty: none).
+    void set_trace(ExecutorTraceHook hook) { trace_ = std::move(hook); }
 
     const Tensor &checkpoint(int tensor) const { return values_.at(tensor); }
     int64_t checkpoint_bytes() const;  // values and gradients (the store)
@@ -75,6 +88,9 @@ private:
     int64_t tiles_run_ = 0;
     bool device_ = false;
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
+    ExecutorTraceHook trace_;
+    void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,
+                std::vector<std::pair<std::string, int64_t>> args = {}) const;
 };
 
 }  // namespace segtile

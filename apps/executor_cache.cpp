@@ -1,0 +1,203 @@
+#include "apps/executor_cache.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "autoscheduler/calibrate.h"
+#include "io/atomic_file.h"
+
+#include "generators/jit_kernel.h"
+#include "tiny_cnn_step.h"
+#include "tiny_cnn_tiled.h"
+
+namespace segtile {
+
+namespace {
+
+// A kernel owned by the cache and shared by the executors of several image
+// sizes (each executor owns its ModelKernels).
+class SharedKernel : public Kernel {
+public:
+    explicit SharedKernel(std::shared_ptr<ModelKernels> owner, Kernel *k) : owner_(std::move(owner)), k_(k) {}
+    const std::vector<KernelArg> &signature() const override { return k_->signature(); }
+    void call(const std::vector<void *> &args) override { k_->call(args); }
+
+private:
+    std::shared_ptr<ModelKernels> owner_;
+    Kernel *k_;
+};
+
+ModelKernels share(const std::shared_ptr<ModelKernels> &k) {
+    ModelKernels s;
+    for (auto &f : k->forward) s.forward.push_back(std::make_unique<SharedKernel>(k, f.get()));
+    for (auto &b : k->backward) s.backward.push_back(std::make_unique<SharedKernel>(k, b.get()));
+    s.head = std::make_unique<SharedKernel>(k, k->head.get());
+    return s;
+}
+
+constexpr int kUntiled = -1;  // the cut-set key of the untiled step
+
+// Planning lowers candidate kernels (a minute for the main job on two
+// cores); its result depends only on the model, the image size, the caps,
+// the optimizer, the batch, the time model's calibration and Halide's
+// thread count, so it is kept in
+// ~/.cache/segtile/plans (or $SEGTILE_HOME/plans) under a key of those.
+std::string plan_cache_path(const Model &m, const std::string &model_arg, const PlanOptions &p) {
+    const char *home = std::getenv("SEGTILE_HOME");
+    const char *user = std::getenv("HOME");
+    if (!home && !user) return "";
+    const std::string dir = home ? std::string(home) + "/plans" : std::string(user) + "/.cache/segtile/plans";
+    auto text_of = [](const std::string &path) {
+        std::ifstream f(path);
+        std::stringstream s;
+        if (f) s << f.rdbuf();
+        return s.str();
+    };
+    std::string model_text = text_of(model_arg);
+    if (model_text.empty()) model_text = text_of(models_dir() + "/" + model_arg + ".json");
+    const char *threads = std::getenv("HL_NUM_THREADS");
+    std::ostringstream key;
+    key << model_text << '|' << p.width << 'x' << p.height << '|' << p.memory_cap << '|' << p.checkpoint_cap << '|'
+        << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path()) << '|'
+        << (threads ? threads : std::to_string(std::thread::hardware_concurrency()));
+    std::ostringstream name;
+    name << dir << "/" << m.name << "-" << p.width << "x" << p.height << "-" << std::hex
+         << std::hash<std::string>{}(key.str()) << ".json";
+    return name.str();
+}
+
+}  // namespace
+
+std::pair<int, int> parse_size(const std::string &s, const std::string &what) {
+    std::smatch m;
+    if (!std::regex_match(s, m, std::regex(R"((\d{1,7})x(\d{1,7}))")) || std::stoi(m[1]) == 0 || std::stoi(m[2]) == 0)
+        throw std::invalid_argument(what + ": expected WIDTHxHEIGHT, e.g. 64x64, got '" + s + "'");
+    return {std::stoi(m[1]), std::stoi(m[2])};
+}
+
+ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, ExecutionOptions opt,
+                             MemoryLedger *ledger, std::ostream &log)
+    : model_(m), model_arg_(model_arg), opt_(std::move(opt)), ledger_(ledger), log_(log) {
+    if (!opt_.plan_file.empty()) file_plan_ = read_plan_file(opt_.plan_file, model_);
+    if (!opt_.tile.empty()) {
+        parse_size(opt_.tile, "--tile");
+        parse_cuts(model_, opt_.cuts);  // throws ModelError naming an unknown layer
+    }
+    if (opt_.memory_cap != "none" && opt_.plan_file.empty() && opt_.tile.empty()) {
+        try {
+            parse_bytes(opt_.memory_cap);
+        } catch (const std::invalid_argument &e) {
+            throw ModelError(std::string("--memory-cap: ") + e.what() + " (or 'none' to train untiled)");
+        }
+    }
+}
+
+std::string ExecutorCache::describe() const {
+    if (opt_.untiled()) return "untiled";
+    if (!opt_.plan_file.empty()) return "plan file " + opt_.plan_file;
+    if (!opt_.tile.empty()) return "cuts '" + opt_.cuts + "', tile " + opt_.tile;
+    return "planned for a working-memory cap of " + opt_.memory_cap;
+}
+
+void ExecutorCache::set_trace(ExecutorTraceHook hook) {
+    trace_ = std::move(hook);
+    for (auto &[size, e] : executors_) e->set_trace(trace_);
+}
+
+std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> &cuts) {
+    auto it = kernels_.find(cuts);
+    if (it != kernels_.end()) return it->second;
+    auto k = std::make_shared<ModelKernels>();
+    const bool tiny = model_.name == "tiny_cnn";
+    if (!cuts.empty() && cuts[0] == kUntiled) {
+        const SegmentLayout layout = untiled_layout(model_);
+        if (tiny) {
+            k->head = std::make_unique<AotKernel>(kernel_signature(model_, layout, KernelKind::Head, 0),
+                                                  tiny_cnn_step_argv, tiny_cnn_step_metadata, ledger_);
+        } else {
+            log_ << "JIT-compiling the untiled training step of " << model_.name << "...\n" << std::flush;
+            k->head = std::make_unique<JitKernel>(model_, layout, KernelKind::Head, 0, Halide::Float(32), ledger_);
+        }
+    } else if (tiny && cuts == parse_cuts(model_, tiny_cnn_tiled_cuts())) {
+        *k = tiny_cnn_tiled_kernels(model_, ledger_);
+    } else {
+        const SegmentLayout layout = make_segments(model_, cuts);
+        log_ << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name
+             << " for these cuts (a minute or two for a small model)...\n"
+             << std::flush;
+        *k = jit_model_kernels(model_, layout, Halide::Float(32), ledger_);
+    }
+    kernels_[cuts] = k;
+    return k;
+}
+
+SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
+    const auto key = std::make_pair(width, height);
+    auto it = executors_.find(key);
+    if (it != executors_.end()) return *it->second;
+    model_.shapes(width, height);  // throws ModelError if the image is too small for the network
+    std::vector<int> cuts;
+    std::vector<TileSize> tiles;
+    SegmentLayout layout;
+    if (opt_.untiled()) {
+        cuts = {kUntiled};
+        layout = untiled_layout(model_);
+    } else {
+        if (file_plan_) {
+            cuts = file_plan_->cuts;
+            tiles = file_plan_->tile_sizes();
+        } else if (!opt_.tile.empty()) {
+            cuts = parse_cuts(model_, opt_.cuts);
+            const auto [tw, th] = parse_size(opt_.tile, "--tile");
+            tiles.assign(make_segments(model_, cuts).segments.size(), TileSize{tw, th});
+        } else {
+            PlanOptions p;
+            p.width = width;
+            p.height = height;
+            p.batch = opt_.batch;
+            p.memory_cap = opt_.memory_cap;
+            p.optimizer = opt_.optimizer;
+            p.estimate = opt_.estimate;
+            const std::string cached = plan_cache_path(model_, model_arg_, p);
+            std::optional<Plan> plan;
+            if (!cached.empty() && std::filesystem::exists(cached)) {
+                try {
+                    plan = read_plan_file(cached, model_);
+                    log_ << "plan for " << width << "x" << height << " under " << opt_.memory_cap << " from " << cached
+                         << "\n";
+                } catch (const std::exception &) {
+                    plan.reset();  // unreadable: plan again, and replace it
+                }
+            }
+            if (!plan) {
+                plan = plan_for(model_, p);
+                if (!cached.empty()) {
+                    std::error_code ec;
+                    std::filesystem::create_directories(std::filesystem::path(cached).parent_path(), ec);
+                    try {
+                        write_file_atomically(cached, plan_to_json(*plan));
+                    } catch (const std::exception &e) {
+                        log_ << "(could not cache the plan: " << e.what() << ")\n";
+                    }
+                }
+            }
+            log_ << plan_table(*plan, model_);
+            cuts = plan->cuts;
+            tiles = plan->tile_sizes();
+            plans_[key] = std::move(*plan);
+        }
+        layout = make_segments(model_, cuts);
+    }
+    auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share(kernels_for(cuts)), tiles, ledger_,
+                                                    halide_type_of<float>(), opt_.checkpoint_dir);
+    exec->set_trace(trace_);
+    return *(executors_[key] = std::move(exec));
+}
+
+}  // namespace segtile

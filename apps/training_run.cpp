@@ -1,0 +1,498 @@
+#include "apps/training_run.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/progress_bar.h"
+#include "io/atomic_file.h"
+#include "io/chrome_trace.h"
+#include "io/dataset.h"
+#include "io/plot_png.h"
+#include "io/weight_file.h"
+#include "runtime/marks_task.h"
+
+namespace segtile {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+float scheduled_lr(const std::string &schedule, float lr, int64_t step, int64_t steps_per_epoch, int epochs) {
+    if (schedule == "constant") return lr;
+    const int64_t total = std::max<int64_t>(1, steps_per_epoch * epochs);
+    if (schedule == "cosine") return (float)(lr * 0.5 * (1 + std::cos(M_PI * (double)step / (double)total)));
+    if (schedule == "step") {
+        const int64_t epoch = step / std::max<int64_t>(1, steps_per_epoch);
+        return lr * (epoch >= (3 * epochs) / 4 ? 0.01f : epoch >= epochs / 2 ? 0.1f : 1.0f);
+    }
+    throw std::invalid_argument("--lr-schedule: unknown schedule '" + schedule + "'; use constant, cosine or step");
+}
+
+namespace {
+
+// ------------------------------------------------------------------ config
+
+json to_json(const TrainOptions &o) {
+    const ExecutionOptions &e = o.execution;
+    return {{"model", o.model},
+            {"data", o.data},
+            {"images", o.images},
+            {"task", o.task},
+            {"size", o.size},
+            {"images_per_epoch", o.images_per_epoch},
+            {"epochs", o.epochs},
+            {"batch", o.batch},
+            {"seed", o.seed},
+            {"optimizer", o.optimizer.kind},
+            {"lr", o.optimizer.lr},
+            {"momentum", o.optimizer.momentum},
+            {"weight_decay", o.optimizer.weight_decay},
+            {"lr_schedule", o.lr_schedule},
+            {"memory_cap", e.memory_cap},
+            {"plan_file", e.plan_file},
+            {"cuts", e.cuts},
+            {"tile", e.tile},
+            {"checkpoint_dir", e.checkpoint_dir},
+            {"estimate", e.estimate}};
+}
+
+TrainOptions from_json(const json &j) {
+    TrainOptions o;
+    o.model = j.at("model");
+    o.data = j.at("data");
+    o.images = j.at("images");
+    o.task = j.at("task");
+    o.size = j.at("size");
+    o.images_per_epoch = j.at("images_per_epoch");
+    o.epochs = j.at("epochs");
+    o.batch = j.at("batch");
+    o.seed = j.at("seed");
+    o.optimizer.kind = j.at("optimizer");
+    o.optimizer.lr = j.at("lr");
+    o.optimizer.momentum = j.at("momentum");
+    o.optimizer.weight_decay = j.at("weight_decay");
+    o.lr_schedule = j.at("lr_schedule");
+    o.execution.memory_cap = j.at("memory_cap");
+    o.execution.plan_file = j.at("plan_file");
+    o.execution.cuts = j.at("cuts");
+    o.execution.tile = j.at("tile");
+    o.execution.checkpoint_dir = j.at("checkpoint_dir");
+    o.execution.estimate = j.at("estimate");
+    o.execution.optimizer = o.optimizer.kind;
+    o.execution.batch = o.batch;
+    return o;
+}
+
+// ------------------------------------------------------------------ data
+
+// What one image brings: the image, and its label or (for a dense loss) target.
+struct Example {
+    Tensor image;   // (W, H, C, 1)
+    int label = -1;  // classification
+    Tensor mask;     // segmentation: (W, H, 1, 1) int32
+};
+
+class SampleSource {
+public:
+    virtual ~SampleSource() = default;
+    virtual size_t size() const = 0;
+    virtual std::vector<size_t> order(uint64_t seed, int64_t epoch) const = 0;
+    virtual Example load(size_t i, int64_t epoch, MemoryLedger *ledger) = 0;
+    virtual std::set<std::pair<int64_t, int64_t>> image_sizes() const = 0;
+    virtual std::string describe() const = 0;
+};
+
+// The main job: image i of epoch e is image e * size + i of the seed's stream.
+class GeneratedMarks : public SampleSource {
+public:
+    GeneratedMarks(LargeMarks task, int per_epoch, uint64_t seed) : task_(task), per_epoch_(per_epoch), seed_(seed) {}
+    size_t size() const override { return (size_t)per_epoch_; }
+    std::vector<size_t> order(uint64_t, int64_t) const override {
+        std::vector<size_t> o(per_epoch_);
+        for (size_t i = 0; i < o.size(); i++) o[i] = i;
+        return o;
+    }
+    Example load(size_t i, int64_t epoch, MemoryLedger *ledger) override {
+        Example e;
+        e.image = Tensor({task_.width, task_.height, 1, 1}, ledger, MemoryLedger::Kind::Data);  // (W, H, 1, 1)
+        e.label = task_.generate(e.image, seed_, (uint64_t)epoch * per_epoch_ + i);
+        return e;
+    }
+    std::set<std::pair<int64_t, int64_t>> image_sizes() const override { return {{task_.width, task_.height}}; }
+    std::string describe() const override {
+        return std::to_string(per_epoch_) + " generated " + std::to_string(task_.width) + "x" +
+               std::to_string(task_.height) + " images per epoch (noise with " + std::to_string(task_.min_marks) +
+               "-" + std::to_string(task_.max_marks) + " " + std::to_string(task_.mark_size) + "x" +
+               std::to_string(task_.mark_size) + " marks: filled = class 1, hollow = class 0)";
+    }
+
+private:
+    LargeMarks task_;
+    int per_epoch_;
+    uint64_t seed_;
+};
+
+class CsvData : public SampleSource {
+public:
+    CsvData(const std::string &csv, const DatasetOptions &o, const std::string &folder) : data_(csv, o, folder) {}
+    size_t size() const override { return data_.size(); }
+    std::vector<size_t> order(uint64_t seed, int64_t epoch) const override { return data_.epoch_order(seed, epoch); }
+    Example load(size_t i, int64_t, MemoryLedger *ledger) override {
+        Sample s = data_.load(i, ledger);
+        Example e;
+        e.image = std::move(s.image);
+        e.label = s.label;
+        e.mask = std::move(s.mask);
+        return e;
+    }
+    std::set<std::pair<int64_t, int64_t>> image_sizes() const override {
+        std::set<std::pair<int64_t, int64_t>> sizes;
+        for (const auto &e : data_.entries()) {
+            const ImageInfo info = probe_image(e.image, data_.options().image);
+            sizes.insert({info.width, info.height});
+        }
+        return sizes;
+    }
+    std::string describe() const override {
+        return std::to_string(data_.size()) + " images listed in " + data_.csv();
+    }
+
+private:
+    Dataset data_;
+};
+
+std::unique_ptr<SampleSource> make_source(const TrainOptions &o, const Model &m) {
+    if (o.data.empty()) {
+        if (m.loss.kind != LossKind::SoftmaxCrossEntropy || m.output_channels() != 2 || m.input_channels != 1)
+            throw ModelError("model '" + m.name + "' does not fit the built-in task (gray images, 2 classes, "
+                             "softmax cross-entropy); pass a classifier like models/marks_cnn.json, or --data");
+        LargeMarks task;
+        const auto [w, h] = parse_size(o.size, "--size");
+        task.width = w;
+        task.height = h;
+        if (w < task.mark_size || h < task.mark_size)
+            throw std::invalid_argument("--size: the built-in task draws " + std::to_string(task.mark_size) +
+                                        "-pixel marks; use images of at least 512x512 for marks_cnn");
+        return std::make_unique<GeneratedMarks>(task, o.images_per_epoch, o.seed);
+    }
+    DatasetOptions d;
+    const bool dense = m.loss.kind == LossKind::MeanSquaredError;
+    std::string task = o.task.empty() ? (dense ? "segmentation" : "classification") : o.task;
+    if (task == "classification" && dense)
+        throw ModelError("--task classification needs a classifier (softmax cross-entropy loss); model '" + m.name +
+                         "' has a dense mse loss: use --task segmentation or another --model");
+    if (task == "segmentation" && !dense)
+        throw ModelError("--task segmentation needs a model with a dense (mse) loss, like unet; model '" + m.name +
+                         "' is a classifier: use --task classification or another --model");
+    d.kind = task == "segmentation" ? DatasetKind::Segmentation : DatasetKind::Classification;
+    d.classes = dense && m.output_channels() == 1 ? 2 : m.output_channels();
+    d.image.channels = m.input_channels;
+    return std::make_unique<CsvData>(o.data, d, o.images);
+}
+
+// ------------------------------------------------------------------ run folder
+
+struct EpochLog {
+    int epoch = 0;  // 1-based
+    double loss = 0, accuracy = 0, images_per_second = 0, seconds = 0, lr = 0;
+    int64_t peak_working = 0, high_water_mark = 0, peak_checkpoint = 0;
+};
+
+json to_json(const EpochLog &e) {
+    return {{"epoch", e.epoch},
+            {"loss", e.loss},
+            {"accuracy", e.accuracy},
+            {"images_per_second", e.images_per_second},
+            {"seconds", e.seconds},
+            {"lr_end", e.lr},
+            {"peak_working_memory_bytes", e.peak_working},
+            {"checkpoint_store_bytes", e.peak_checkpoint},
+            {"high_water_mark_bytes", e.high_water_mark}};
+}
+
+EpochLog epoch_from_json(const json &j) {
+    EpochLog e;
+    e.epoch = j.at("epoch");
+    e.loss = j.at("loss");
+    e.accuracy = j.at("accuracy");
+    e.images_per_second = j.at("images_per_second");
+    e.seconds = j.at("seconds");
+    e.lr = j.at("lr_end");
+    e.peak_working = j.at("peak_working_memory_bytes");
+    e.peak_checkpoint = j.at("checkpoint_store_bytes");
+    e.high_water_mark = j.at("high_water_mark_bytes");
+    return e;
+}
+
+std::string default_run_dir(const std::string &model) {
+    const std::time_t t = std::time(nullptr);
+    char buf[64];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+    return "runs/" + fs::path(model).stem().string() + "-" + buf;
+}
+
+void write_run_folder(const std::string &dir, const TrainOptions &o, const Model &m, const ParamStore &params,
+                      const Optimizer &opt, const std::vector<EpochLog> &epochs, const ExecutorCache &cache) {
+    fs::create_directories(dir);
+    const std::string done = std::to_string(epochs.empty() ? 0 : epochs.back().epoch);
+    // The two state files carry the epoch: a run killed between their renames is detected on resume.
+    const std::map<std::string, std::string> meta = {{"epoch", done}, {"model", m.name}};
+    save_parameters(dir + "/weights.safetensors", params, meta);
+    save_optimizer_state(dir + "/optimizer.safetensors", opt, params, meta);
+    std::vector<EpochRecord> rec;
+    for (const auto &e : epochs) rec.push_back({e.epoch, e.loss, e.accuracy, e.peak_working});
+    write_training_plot(dir + "/plot.png", rec);
+    if (!cache.plans().empty()) {
+        std::string text;
+        if (cache.plans().size() == 1) {
+            text = plan_to_json(cache.plans().begin()->second);
+        } else {  // one plan per image size
+            json all = json::array();
+            for (const auto &[size, p] : cache.plans()) all.push_back(json::parse(plan_to_json(p)));
+            text = all.dump(2) + "\n";
+        }
+        write_file_atomically(dir + "/plan.json", text);
+    }
+    json log = {{"config", to_json(o)}, {"execution", cache.describe()}, {"epochs_done", epochs.back().epoch}};
+    log["epochs"] = json::array();
+    for (const auto &e : epochs) log["epochs"].push_back(to_json(e));
+    write_file_atomically(dir + "/log.json", log.dump(2) + "\n");  // last: says which epoch the folder holds
+}
+
+// The one mutable state of a run beyond parameters and optimizer: where it is.
+struct RunState {
+    int epochs_done = 0;
+    std::vector<EpochLog> epochs;
+};
+
+// ------------------------------------------------------------------ the loop
+
+void add_into(Tensor &dst, const Tensor &src) {
+    float *d = dst.data();
+    const float *s = src.data();
+    for (int64_t k = 0; k < dst.numel(); k++) d[k] += s[k];
+}
+
+void run(const TrainOptions &o, const std::string &dir, RunState state, bool resuming, std::ostream &log) {
+    Model m = load_model(o.model);
+    if (o.epochs < 1 || o.batch < 1 || o.images_per_epoch < 1)
+        throw std::invalid_argument("--epochs, --batch and --images-per-epoch must be at least 1");
+    scheduled_lr(o.lr_schedule, o.optimizer.lr, 0, 1, 1);  // checks the name
+    std::unique_ptr<SampleSource> source = make_source(o, m);
+    MemoryLedger ledger;       // working memory (runtime + kernels) and the checkpoint store
+    MemoryLedger data_ledger;  // the images and labels being trained on
+    ParamStore params(m, &ledger);
+    params.init_pytorch_default(o.seed);
+    Optimizer opt(o.optimizer, params, &ledger);
+    if (resuming) {
+        const auto wmeta = load_parameters(dir + "/weights.safetensors", params);
+        const auto ometa = load_optimizer_state(dir + "/optimizer.safetensors", opt, params);
+        const std::string want = std::to_string(state.epochs_done);
+        if (wmeta.count("epoch") == 0 || wmeta.at("epoch") != want || ometa.count("epoch") == 0 ||
+            ometa.at("epoch") != want)
+            throw std::invalid_argument(dir + ": weights.safetensors, optimizer.safetensors and log.json are of "
+                                              "different epochs (the run was stopped while saving); start a new run");
+    }
+    ExecutionOptions exec_opt = o.execution;
+    exec_opt.optimizer = o.optimizer.kind;
+    exec_opt.batch = o.batch;
+    ExecutorCache cache(m, o.model, exec_opt, &ledger, log);
+    log << "model " << m.name << ": " << params.specs().size() << " parameter tensors; parameters + gradients "
+        << format_bytes(params.bytes()) << ", optimizer state " << format_bytes(ledger.current() - params.bytes())
+        << "\ndata: " << source->describe() << "\n";
+    // Plan and compile for every image size before the first epoch: a cap
+    // too small for some image fails here, before anything is written.
+    const auto sizes = source->image_sizes();
+    for (const auto &[w, h] : sizes) {
+        log << "image size " << w << "x" << h << ": " << cache.describe() << "\n" << std::flush;
+        SegmentedExecutor &e = cache.for_size(w, h);
+        (void)e;
+    }
+    // Gradients of the batch, summed over its images; sized like the parameters.
+    std::vector<Tensor> accum(params.grads.size());
+    int64_t accum_bytes = 0;
+    for (const auto &g : params.grads) accum_bytes += g.defined() ? g.bytes() : 0;
+    log << "gradient accumulator " << format_bytes(accum_bytes) << "\n";
+    for (size_t p = 0; p < accum.size(); p++)
+        if (params.grads[p].defined()) accum[p] = Tensor(params.grads[p].dims(), &ledger);
+
+    const int64_t n = (int64_t)source->size();
+    const int64_t steps_per_epoch = (n + o.batch - 1) / o.batch;
+    const int K = m.output_channels();
+    log << "training " << o.epochs << " epochs of " << n << " images, batch " << o.batch << " (" << steps_per_epoch
+        << " steps per epoch), " << o.optimizer.kind << " lr " << o.optimizer.lr << " (" << o.lr_schedule
+        << "), seed " << o.seed << "; run folder " << dir << "\n"
+        << std::flush;
+    if (resuming) log << "resuming after epoch " << state.epochs_done << "\n";
+    int run_here = 0;
+    bool traced = o.trace.empty();
+    for (int epoch = state.epochs_done; epoch < o.epochs; epoch++) {
+        if (o.stop_after > 0 && run_here >= o.stop_after) break;
+        ledger.reset_peaks();
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::vector<size_t> order = source->order(o.seed, epoch);
+        ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs), n, "images");
+        double loss_sum = 0, correct = 0, counted = 0;
+        float lr = o.optimizer.lr;
+        for (int64_t step = 0; step < steps_per_epoch; step++) {
+            std::unique_ptr<ChromeTrace> trace;
+            if (!traced) {
+                trace = std::make_unique<ChromeTrace>();
+                ChromeTrace *tr = trace.get();
+                cache.set_trace([tr](const ExecutorEvent &ev) {
+                    const double dur = std::chrono::duration<double, std::micro>(ev.end - ev.start).count();
+                    const double end_ago =
+                        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - ev.end).count();
+                    TraceArgs args;
+                    for (const auto &[k, v] : ev.args) args.emplace_back(k, v);
+                    tr->add(ev.name, ev.category, tr->now_us() - end_ago - dur, dur, args);
+                });
+            }
+            for (auto &a : accum)
+                if (a.defined()) a.zero();
+            const int64_t first = step * o.batch, last = std::min<int64_t>(n, first + o.batch);
+            for (int64_t k = first; k < last; k++) {
+                std::optional<ChromeTrace::Span> span;
+                if (trace) span.emplace(trace->span("image " + std::to_string(order[k]), "image"));
+                Example ex = source->load(order[k], epoch, &data_ledger);
+                const auto &d = ex.image.dims();
+                SegmentedExecutor &exec = cache.for_size(d[0], d[1]);
+                const TensorShape out = m.shapes(d[0], d[1])[m.loss.input_id];
+                Tensor prediction({out.width, out.height, out.channels, 1}, &data_ledger, MemoryLedger::Kind::Data);
+                double loss;
+                if (ex.mask.defined()) {
+                    // Dense target: one-hot classes, or the 0/1 mask itself for a one-channel output.
+                    Tensor target = K == 1 ? Tensor(ex.mask.dims(), &data_ledger) : one_hot(ex.mask, K, &data_ledger);
+                    if (K == 1)
+                        for (int64_t i = 0; i < target.numel(); i++)
+                            target.data()[i] = (float)static_cast<const int32_t *>(ex.mask.raw())[i];
+                    loss = exec.step(ex.image, target.view(), params, &prediction);
+                    const int32_t *mk = static_cast<const int32_t *>(ex.mask.raw());
+                    const int64_t plane = out.width * out.height;
+                    for (int64_t i = 0; i < plane; i++) {
+                        int best = 0;
+                        if (K == 1) best = prediction.data()[i] > 0.5f;
+                        else
+                            for (int c = 1; c < K; c++)
+                                if (prediction.data()[c * plane + i] > prediction.data()[best * plane + i]) best = c;
+                        correct += best == mk[i];
+                    }
+                    counted += (double)plane;
+                } else {
+                    Halide::Runtime::Buffer<int32_t> label(1);  // (1)
+                    label(0) = ex.label;
+                    loss = exec.step(ex.image, label, params, &prediction);
+                    int best = 0;
+                    for (int c = 1; c < K; c++)
+                        if (prediction.data()[c] > prediction.data()[best]) best = c;
+                    correct += best == ex.label;
+                    counted += 1;
+                }
+                loss_sum += loss;
+                for (size_t p = 0; p < accum.size(); p++)
+                    if (accum[p].defined()) add_into(accum[p], params.grads[p]);
+                char extra[64];
+                std::snprintf(extra, sizeof extra, "loss %.4f", loss_sum / (double)(k + 1));
+                bar.update(k + 1, extra);
+            }
+            // The batch-mean gradient, then one optimizer step at the scheduled rate.
+            const float inv = 1.0f / (float)(last - first);
+            for (size_t p = 0; p < accum.size(); p++)
+                if (accum[p].defined()) {
+                    float *g = params.grads[p].data();
+                    const float *a = accum[p].data();
+                    for (int64_t i = 0; i < accum[p].numel(); i++) g[i] = a[i] * inv;
+                }
+            lr = scheduled_lr(o.lr_schedule, o.optimizer.lr, (int64_t)epoch * steps_per_epoch + step, steps_per_epoch,
+                              o.epochs);
+            opt.set_lr(lr);
+            {
+                std::optional<ChromeTrace::Span> span;
+                if (trace) span.emplace(trace->span("optimizer step", "optimizer"));
+                opt.step(params);
+            }
+            if (trace) {
+                cache.set_trace({});
+                trace->write(o.trace);
+                log << "\ntrace of step 1 (" << trace->size() << " events) written to " << o.trace << "\n";
+                traced = true;
+            }
+        }
+        bar.finish();
+        EpochLog e;
+        e.epoch = epoch + 1;
+        e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        e.loss = loss_sum / (double)n;
+        e.accuracy = correct / counted;
+        e.images_per_second = (double)n / e.seconds;
+        e.lr = lr;
+        e.peak_working = ledger.peak();
+        e.peak_checkpoint = ledger.peak(MemoryLedger::Kind::Checkpoint);
+        e.high_water_mark = process_high_water_mark();
+        state.epochs.push_back(e);
+        char line[320];
+        std::snprintf(line, sizeof line,
+                      "epoch %d/%d  loss %.4f  accuracy %5.1f%%  %.2f images/s  %.1f s  peak working memory %s  "
+                      "checkpoints %s  high-water mark %s\n",
+                      e.epoch, o.epochs, e.loss, 100 * e.accuracy, e.images_per_second, e.seconds,
+                      format_bytes(e.peak_working).c_str(), format_bytes(e.peak_checkpoint).c_str(),
+                      format_bytes(e.high_water_mark).c_str());
+        log << line << std::flush;
+        write_run_folder(dir, o, m, params, opt, state.epochs, cache);
+        run_here++;
+    }
+    log << "run folder " << dir << ": weights.safetensors, optimizer.safetensors, log.json, plot.png"
+        << (cache.plans().empty() ? "" : ", plan.json") << "\n";
+}
+
+}  // namespace
+
+void train(TrainOptions opt, std::ostream &log) {
+    if (opt.run.empty()) opt.run = default_run_dir(opt.model);
+    if (fs::exists(opt.run + "/log.json"))
+        throw std::invalid_argument("run folder '" + opt.run + "' already holds a run; continue it with --resume " +
+                                    opt.run + " or pass another --run");
+    run(opt, opt.run, RunState{}, false, log);
+}
+
+void resume(const std::string &run_dir, int epochs, int stop_after, std::ostream &log) {
+    std::ifstream f(run_dir + "/log.json");
+    if (!f)
+        throw std::invalid_argument(run_dir + "/log.json: cannot read it; --resume takes a run folder written by "
+                                              "`segtile train --run DIR` after at least one epoch");
+    json j;
+    try {
+        f >> j;
+    } catch (const json::exception &e) {
+        throw std::invalid_argument(run_dir + "/log.json: not valid JSON (" + e.what() + "); start a new run");
+    }
+    TrainOptions o;
+    RunState state;
+    try {
+        o = from_json(j.at("config"));
+        state.epochs_done = j.at("epochs_done");
+        for (const auto &e : j.at("epochs")) state.epochs.push_back(epoch_from_json(e));
+    } catch (const json::exception &e) {
+        throw std::invalid_argument(run_dir + "/log.json: missing or wrong field (" + e.what() +
+                                    "); start a new run");
+    }
+    if (epochs > 0) o.epochs = epochs;
+    o.stop_after = stop_after;
+    o.run = run_dir;
+    if (state.epochs_done >= o.epochs) {
+        log << run_dir << " has finished its " << o.epochs << " epochs; pass --epochs N (N > " << state.epochs_done
+            << ") to train longer\n";
+        return;
+    }
+    run(o, run_dir, state, true, log);
+}
+
+}  // namespace segtile

@@ -1,0 +1,51 @@
+// A training run: epochs over a dataset (a CSV of images and labels or
+// masks) or over the built-in generated task, a batch processed one image
+// at a time with gradients accumulated, an optimizer step per batch, a
+// learning-rate schedule, and a run folder rewritten atomically after each
+// epoch (weights, optimizer state, log.json, plot.png, plan.json), from
+// which `--resume` continues bit-identically.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "apps/executor_cache.h"
+#include "runtime/optimizer.h"
+
+namespace segtile {
+
+struct TrainOptions {
+    std::string model = "marks_cnn";
+    // Data: a CSV (and the folder its names are relative to), or the built-in task.
+    std::string data, images;
+    std::string task;  // "classification" / "segmentation"; "": from the CSV's header or the model's loss
+    std::string size = "4096x4096";  // built-in task: image size
+    int images_per_epoch = 48;       // built-in task
+    int epochs = 4;
+    int batch = 8;
+    uint64_t seed = 0;
+    OptimizerConfig optimizer;
+    std::string lr_schedule = "cosine";  // constant | cosine | step
+    ExecutionOptions execution;
+    std::string run;            // run folder; "": runs/<model>-<date>-<time>
+    std::string trace;          // Chrome trace of the first step, written here
+    int stop_after = 0;         // > 0: stop after this many epochs of this invocation (the run stays resumable)
+};
+
+// Trains, printing per-epoch lines to `log` and a progress bar on stderr.
+// Throws DatasetError, ImageError, WeightFileError, PlanError, ModelError,
+// std::invalid_argument for bad input, before anything is written.
+void train(TrainOptions opt, std::ostream &log);
+
+// Continues the run in `run_dir` from its last saved epoch; `epochs` > 0
+// changes the total. `stop_after` as above.
+void resume(const std::string &run_dir, int epochs, int stop_after, std::ostream &log);
+
+// The learning rate of optimizer step `step` (0-based) of a run with
+// `steps_per_epoch` steps in each of `epochs` epochs.
+//   constant: lr; cosine: lr * (1 + cos(pi * step / total_steps)) / 2;
+//   step: lr, x0.1 from half the epochs, x0.01 from three quarters.
+float scheduled_lr(const std::string &schedule, float lr, int64_t step, int64_t steps_per_epoch, int epochs);
+
+}  // namespace segtile

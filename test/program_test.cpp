@@ -1,0 +1,271 @@
+// The segtile program end to end (the built binary, run as a user runs it):
+// dataset training and its run folder, bit-identical resume, prediction,
+// the step trace, and one clear message (non-zero exit, nothing written)
+// for each kind of bad input. tiny_cnn runs on its AOT kernels here (no JIT),
+// so these stay fast; the main job's own test is main_job_program_test.cpp.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/image_io.h"
+#include "io/weight_file.h"
+#include "test/io/temp_dir.h"
+
+using namespace segtile;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+    int status = -1;
+    std::string out, err;
+};
+
+std::string slurp(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class ProgramTest : public ::testing::Test {
+protected:
+    // Runs `segtile <args>` in the temporary folder.
+    Result segtile(const std::string &args) {
+        const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+        const std::string cmd = "cd '" + dir.path().string() + "' && '" SEGTILE_BIN "' " + args + " >'" + out +
+                                "' 2>'" + err + "'";
+        const int rc = std::system(cmd.c_str());
+        Result r;
+        r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+        r.out = slurp(out);
+        r.err = slurp(err);
+        return r;
+    }
+    // A gray image whose class shows in its brightness; (w, h) may differ per image.
+    void gray_png(const std::string &name, int w, int h, int label, int channels = 1) {
+        Halide::Runtime::Buffer<uint8_t> img(w, h, channels);  // (W, H, C)
+        img.for_each_element([&](int x, int y, int c) { img(x, y, c) = (uint8_t)((x * 7 + y * 3 + c) % 64 + 150 * label); });
+        write_png(dir.file(name), img);
+    }
+    // Eight labelled images of two sizes and their CSV.
+    void dataset() {
+        std::string csv = "file,label\n";
+        for (int i = 0; i < 8; i++) {
+            const int label = i % 2;
+            gray_png("img" + std::to_string(i) + ".png", i < 5 ? 32 : 40, i < 5 ? 32 : 24, label);
+            csv += "img" + std::to_string(i) + ".png," + std::to_string(label) + "\n";
+        }
+        dir.write("train.csv", csv);
+    }
+    static constexpr const char *kTiny = "--model tiny_cnn --data train.csv --seed 3 --batch 3 --lr 0.01 ";
+
+    segtile::testing::TempDir dir;
+};
+
+TEST_F(ProgramTest, RunFolderHoldsEveryFileAndTheLogSaysWhatRan) {
+    dataset();
+    Result r = segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 2 --run A");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("epoch 2/2"));
+    for (const char *f : {"weights.safetensors", "optimizer.safetensors", "log.json", "plot.png"})
+        EXPECT_TRUE(fs::exists(dir.file(std::string("A/") + f))) << f;
+    const auto log = nlohmann::json::parse(slurp(dir.file("A/log.json")));
+    EXPECT_EQ(log["epochs_done"], 2);
+    ASSERT_EQ(log["epochs"].size(), 2u);
+    for (const auto &e : log["epochs"]) {
+        EXPECT_GT(e["loss"].get<double>(), 0);
+        EXPECT_GE(e["accuracy"].get<double>(), 0);
+        EXPECT_LE(e["accuracy"].get<double>(), 1);
+        EXPECT_GT(e["peak_working_memory_bytes"].get<int64_t>(), 0);
+        EXPECT_GT(e["high_water_mark_bytes"].get<int64_t>(), e["peak_working_memory_bytes"].get<int64_t>());
+        EXPECT_GT(e["images_per_second"].get<double>(), 0);
+    }
+    EXPECT_EQ(log["config"]["model"], "tiny_cnn");
+    EXPECT_EQ(log["config"]["batch"], 3);
+    // The weights load into the model they were trained for.
+    MemoryLedger ledger;
+    ParamStore params(load_model("tiny_cnn"), &ledger);
+    const auto meta = load_parameters(dir.file("A/weights.safetensors"), params);
+    EXPECT_EQ(meta.at("epoch"), "2");
+    // A second run into the same folder is refused rather than overwriting it.
+    Result again = segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 1 --run A");
+    EXPECT_NE(again.status, 0);
+    EXPECT_THAT(again.err, HasSubstr("--resume"));
+}
+
+// Two epochs in one go, or one epoch, a stop, and a resume: the same bytes.
+// Images of two sizes (an executor each), a last batch shorter than the
+// others, the cosine schedule and Adam's step count all have to carry over.
+TEST_F(ProgramTest, ResumeGivesTheSameWeightsUntiled) {
+    dataset();
+    const std::string opts = std::string(kTiny) + "--memory-cap none --epochs 2 --lr-schedule cosine ";
+    ASSERT_EQ(segtile("train " + opts + "--run whole").status, 0);
+    Result first = segtile("train " + opts + "--run parts --stop-after 1");
+    ASSERT_EQ(first.status, 0) << first.err;
+    EXPECT_EQ(nlohmann::json::parse(slurp(dir.file("parts/log.json")))["epochs_done"], 1);
+    EXPECT_NE(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
+    Result second = segtile("train --resume parts");
+    ASSERT_EQ(second.status, 0) << second.err;
+    EXPECT_THAT(second.out, HasSubstr("resuming after epoch 1"));
+    EXPECT_EQ(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
+    EXPECT_EQ(slurp(dir.file("whole/optimizer.safetensors")), slurp(dir.file("parts/optimizer.safetensors")));
+    // A finished run says how to extend it.
+    Result done = segtile("train --resume parts");
+    EXPECT_EQ(done.status, 0);
+    EXPECT_THAT(done.out, HasSubstr("--epochs"));
+}
+
+TEST_F(ProgramTest, ResumeGivesTheSameWeightsTiledWithSgd) {
+    dataset();
+    const std::string opts = std::string(kTiny) +
+                             "--cuts pool1,pool2 --tile 5x5 --optimizer sgd --momentum 0.9 --lr-schedule step "
+                             "--epochs 3 ";
+    ASSERT_EQ(segtile("train " + opts + "--run whole").status, 0);
+    ASSERT_EQ(segtile("train " + opts + "--run parts --stop-after 2").status, 0);
+    ASSERT_EQ(segtile("train --resume parts").status, 0);
+    EXPECT_EQ(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
+}
+
+TEST_F(ProgramTest, TiledAndUntiledTrainingAgree) {
+    // Exact gradients: the tiled run's losses equal the untiled run's (to rounding).
+    dataset();
+    ASSERT_EQ(segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 1 --run u").status, 0);
+    ASSERT_EQ(segtile(std::string("train ") + kTiny + "--cuts pool1,pool2 --tile 7x6 --epochs 1 --run t").status, 0);
+    const double lu = nlohmann::json::parse(slurp(dir.file("u/log.json")))["epochs"][0]["loss"];
+    const double lt = nlohmann::json::parse(slurp(dir.file("t/log.json")))["epochs"][0]["loss"];
+    EXPECT_NEAR(lu, lt, 1e-4 * std::abs(lu));
+}
+
+TEST_F(ProgramTest, PredictWritesClassProbabilitiesPerImage) {
+    dataset();
+    ASSERT_EQ(segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 1 --run A").status, 0);
+    Result r = segtile("predict --model tiny_cnn --weights A/weights.safetensors --images train.csv --out pred "
+                       "--cuts pool1,pool2 --tile 8x8");
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::istringstream csv(slurp(dir.file("pred/scores.csv")));
+    std::string line;
+    std::getline(csv, line);
+    EXPECT_EQ(line, "file,class,p0,p1");
+    int rows = 0;
+    while (std::getline(csv, line)) {
+        double p0 = 0, p1 = 0;
+        int cls = -1;
+        char name[64];
+        ASSERT_EQ(std::sscanf(line.c_str(), "\"%63[^\"]\",%d,%lf,%lf", name, &cls, &p0, &p1), 4) << line;
+        EXPECT_NEAR(p0 + p1, 1.0, 1e-6);
+        EXPECT_EQ(cls, p1 > p0 ? 1 : 0);
+        rows++;
+    }
+    EXPECT_EQ(rows, 8);
+}
+
+TEST_F(ProgramTest, TraceOfOneStepHasSegmentsTilesAndKernels) {
+    dataset();
+    Result r = segtile(std::string("train ") + kTiny + "--cuts pool1,pool2 --tile 8x8 --epochs 1 --run A "
+                                                       "--trace step.json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto trace = nlohmann::json::parse(slurp(dir.file("step.json")));
+    std::map<std::string, int> by_category;
+    for (const auto &e : trace["traceEvents"])
+        if (e["ph"] == "X") {
+            by_category[e["cat"]]++;
+            EXPECT_GE(e["dur"].get<double>(), 0);
+        }
+    // One step: batch 3, each image 3 segments forward and backward, a head.
+    EXPECT_EQ(by_category["image"], 3);
+    EXPECT_EQ(by_category["segment"], 3 * 6);
+    EXPECT_EQ(by_category["head"], 3);
+    EXPECT_EQ(by_category["optimizer"], 1);
+    EXPECT_GT(by_category["tile"], 3 * 6);
+    EXPECT_EQ(by_category["kernel"], by_category["tile"]);
+}
+
+// ------------------------------------------------------------------ bad input
+
+class BadInputTest : public ProgramTest {
+protected:
+    // Runs a training that must fail: non-zero exit, one message line that
+    // contains each of `expected`, and no run folder.
+    void expect_refused(const std::string &args, const std::vector<std::string> &expected, int status = 1) {
+        Result r = segtile("train --model tiny_cnn --data train.csv --run out " + args);
+        EXPECT_EQ(r.status, status) << r.out << r.err;
+        for (const auto &e : expected) EXPECT_THAT(r.err, HasSubstr(e));
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+        EXPECT_FALSE(fs::exists(dir.file("out"))) << "a failed run left a run folder";
+    }
+};
+
+TEST_F(BadInputTest, UnknownFileInTheCsvNamesItsLine) {
+    dataset();
+    dir.write("train.csv", "file,label\nimg0.png,0\nmissing.png,1\n");
+    expect_refused("--memory-cap none", {"train.csv:3", "missing.png"});
+}
+
+TEST_F(BadInputTest, BadLabelNamesItsLine) {
+    dataset();
+    dir.write("train.csv", "img0.png,0\nimg1.png,seven\n");
+    expect_refused("--memory-cap none", {"train.csv:2", "seven"});
+    dir.write("train.csv", "img0.png,0\nimg1.png,2\n");
+    expect_refused("--memory-cap none", {"train.csv:2", "out of range"});
+}
+
+TEST_F(BadInputTest, CorruptImageNamesTheFile) {
+    dataset();
+    const std::string png = slurp(dir.file("img1.png"));
+    dir.write("img1.png", png.substr(0, png.size() / 2));  // truncated
+    dir.write("img2.png", "not an image at all");
+    dir.write("train.csv", "img2.png,0\n");
+    expect_refused("--memory-cap none", {"img2.png"});
+    dir.write("train.csv", "img1.png,0\n");
+    Result r = segtile("train --model tiny_cnn --data train.csv --memory-cap none --run out");
+    EXPECT_NE(r.status, 0);
+    EXPECT_THAT(r.err, HasSubstr("img1.png"));
+    EXPECT_FALSE(fs::exists(dir.file("out/weights.safetensors")));
+}
+
+TEST_F(BadInputTest, WrongChannelCountSaysWhatTheModelExpects) {
+    dataset();
+    gray_png("rgb.png", 32, 32, 0, 3);
+    dir.write("train.csv", "img0.png,0\nrgb.png,1\n");
+    expect_refused("--memory-cap none", {"rgb.png", "3 channels", "1 channel"});
+}
+
+TEST_F(BadInputTest, MissingImageFolderOrCsv) {
+    expect_refused("--memory-cap none", {"train.csv"});
+}
+
+TEST_F(BadInputTest, MemoryCapBelowTheSmallestFeasibleGivesExitCode3AndTheCap) {
+    dataset();
+    expect_refused("--memory-cap 10KiB --estimate", {"smallest feasible"}, 3);
+    Result plan = segtile("plan --model tiny_cnn --size 256x256 --memory-cap 10KiB --estimate");
+    EXPECT_EQ(plan.status, 3);
+    EXPECT_THAT(plan.err, HasSubstr("smallest feasible"));
+}
+
+TEST_F(BadInputTest, WeightsOfAnotherModelAreRefusedNamingTheTensor) {
+    dataset();
+    ASSERT_EQ(segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 1 --run A").status, 0);
+    Result r = segtile("predict --model marks_cnn --weights A/weights.safetensors --images train.csv --out pred");
+    EXPECT_NE(r.status, 0);
+    EXPECT_THAT(r.err, HasSubstr("A/weights.safetensors"));
+    EXPECT_THAT(r.err, HasSubstr("features.1.weight"));  // marks_cnn's first conv
+    EXPECT_FALSE(fs::exists(dir.file("pred")));
+}
+
+TEST_F(BadInputTest, CorruptRunFolderIsRefusedOnResume) {
+    dataset();
+    ASSERT_EQ(segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 2 --stop-after 1 --run A").status,
+              0);
+    dir.write("A/weights.safetensors", "garbage");
+    Result r = segtile("train --resume A");
+    EXPECT_NE(r.status, 0);
+    EXPECT_THAT(r.err, HasSubstr("weights.safetensors"));
+}
+
+}  // namespace
