@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/bench_options.h"
+#include "bench/capped_step.h"
 #include "bench/isolated_run.h"
 #include "bench/step_run.h"
 
@@ -37,11 +38,10 @@ struct MemoryCap {
     double fraction = 0;
 };
 
-// The caps every model and size runs under, in this order. Only "none"
-// (the untiled step) for now: the planner (issue 4) appends its caps
-// ({"1/2", 0.5}, {"1/8", 0.125}, {"1/32", 1.0 / 32}) and fills in the
-// capped branch of run_step_under_cap.
-std::vector<MemoryCap> memory_caps() { return {{"none", 0}}; }
+// The caps every model and size runs under, in this order: the untiled step
+// first (the capped runs are sized from its measured peak), then the
+// planner's plans under 1/2, 1/8 and 1/32 of it.
+std::vector<MemoryCap> memory_caps() { return {{"none", 0}, {"1/2", 0.5}, {"1/8", 0.125}, {"1/32", 1.0 / 32}}; }
 
 // Runs one step under `cap`, in a child process. `untiled` is the model's
 // compiled untiled step (compiled once in the parent); `untiled_peak_bytes`
@@ -57,8 +57,8 @@ void run_step_under_cap(const MemoryCap &cap, const StepConfig &c, CompiledStep 
     }
     // Capped runs: plan for cap.fraction * untiled_peak_bytes, run the plan
     // with the SegmentedExecutor, report the same counters.
-    (void)untiled_peak_bytes;
-    throw std::runtime_error("cap " + cap.name + " needs the planner (issue 4)");
+    if (untiled_peak_bytes <= 0) throw std::runtime_error("no untiled peak to size cap " + cap.name + " from");
+    run_capped_step(c.model, c.size, (int64_t)(cap.fraction * untiled_peak_bytes), peak_gflops, r);
 }
 
 struct Config {

@@ -1,0 +1,76 @@
+#include "bench/capped_step.h"
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/kernel_memory.h"
+#include "generators/jit_kernel.h"
+#include "runtime/executor.h"
+#include "spec/cost.h"
+
+namespace segtile::bench {
+
+void run_capped_step(const std::string &name, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r) {
+    using clock = std::chrono::steady_clock;
+    const Model m = load_model(name);
+    const auto t0 = clock::now();
+    const Halide::Target target = Halide::get_jit_target_from_environment();
+    LoweredKernelMemory exact(m, Halide::Float(32), [&](const std::vector<Halide::Func> &o) { schedule_cpu(o, target); },
+                              target);
+    PlanRequest req;
+    req.width = req.height = size;
+    req.memory_cap = cap_bytes;
+    req.optimizer_copies = 0;  // a bare step, as the untiled baseline
+    req.threads = (int)std::thread::hardware_concurrency();
+    const Plan plan = make_plan(m, req, &exact);
+    const double plan_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+
+    MemoryLedger ledger;
+    SegmentLayout layout = make_segments(m, plan.cuts);
+    const auto t1 = clock::now();
+    SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger), plan.tile_sizes(),
+                           &ledger);
+    const double compile_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+    // The image is data, not working memory: (W, H, C, 1).
+    Tensor image({size, size, m.input_channels, 1}, &ledger, MemoryLedger::Kind::Data);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    for (int64_t i = 0; i < image.numel(); i++) image.data()[i] = nd(rng);
+    Halide::Runtime::Buffer<> labels;
+    if (m.loss.kind == LossKind::SoftmaxCrossEntropy) {
+        Halide::Runtime::Buffer<int32_t> l(1);  // (1)
+        l(0) = 0;
+        labels = l;
+    } else {
+        const TensorShape ps = m.shapes(size, size)[m.loss.input_id];
+        Halide::Runtime::Buffer<float> tg((int)ps.width, (int)ps.height, (int)ps.channels, 1);  // (W', H', K, 1)
+        tg.fill(0.5f);
+        labels = tg;
+    }
+    ParamStore params(m, &ledger);
+    params.init_pytorch_default(1);
+    ledger.reset_peaks();
+    const auto t2 = clock::now();
+    exec.step(image, labels, params);
+    const double seconds = std::chrono::duration<double>(clock::now() - t2).count();
+    const double flops = training_step_flops(m, size, size);
+    r.counters["cap_bytes"] = (double)cap_bytes;
+    r.counters["predicted_peak_bytes"] = (double)plan.peak_bytes;
+    r.counters["peak_working_bytes"] = (double)ledger.peak(MemoryLedger::Kind::Working);
+    r.counters["checkpoint_bytes"] = (double)ledger.peak(MemoryLedger::Kind::Checkpoint);
+    r.counters["high_water_mark_bytes"] = (double)process_high_water_mark();
+    r.counters["recompute_factor"] = plan.recompute;
+    r.counters["segments"] = (double)plan.segments.size();
+    r.counters["plan_seconds"] = plan_seconds;
+    r.counters["compile_seconds"] = compile_seconds;
+    r.counters["seconds_per_step"] = seconds;
+    r.counters["steps"] = 1;
+    r.counters["step_gflop"] = flops * 1e-9;
+    r.counters["gflops"] = flops / seconds * 1e-9;
+    r.counters["fraction_of_peak"] = flops / seconds * 1e-9 / peak_gflops;
+    r.label = name + " " + std::to_string(size) + " plan " + (plan.cuts.empty() ? std::string("(no cuts)") : plan.cuts_string());
+}
+
+}  // namespace segtile::bench

@@ -1,0 +1,22 @@
+// One training step planned under a working-memory cap (autoscheduler's
+// planner, exact kernel memory) and run by the SegmentedExecutor with JIT
+// kernels of segtile's CPU schedule: the capped configurations of the
+// training-step and peer benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "bench/isolated_run.h"
+
+namespace segtile::bench {
+
+// Fills r.counters like run_compiled_step (bench/step_run.h), plus
+//   cap_bytes, predicted_peak_bytes, checkpoint_bytes, recompute_factor,
+//   segments, plan_seconds (planning, lowering included)
+// peak_working_bytes counts the ledger's working memory (the executor's
+// tensors and every Halide allocation; the image and the checkpoint store
+// are reported apart). Throws PlanError when nothing fits the cap.
+void run_capped_step(const std::string &model, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r);
+
+}  // namespace segtile::bench
