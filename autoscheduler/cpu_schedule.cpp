@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "autoscheduler/schedule_primitives.h"
+
 namespace segtile {
 
 using Halide::Expr;
@@ -17,20 +19,9 @@ using Halide::Internal::expr_uses_var;
 
 namespace {
 
-// Extents are run-time values (tile and image sizes), so every split must
-// be legal for any extent, including ones below the vector width:
-// GuardWithIf always is (RoundUp would constrain input and output sizes,
-// ShiftInwards needs extent >= factor and is illegal in updates).
-constexpr TailStrategy kTail = TailStrategy::GuardWithIf;
-
-bool debug() {
-    static const bool on = std::getenv("SEGTILE_SCHEDULE_DEBUG") != nullptr;
-    return on;
-}
-
-// Loop names of split dims are qualified ("x.x_vi"); scheduling calls take
-// the last part and match it as a suffix.
-std::string unqualified(const std::string &n) { return n.substr(n.rfind('.') + 1); }
+using schedule::debug;
+using schedule::kTail;
+using schedule::unqualified;
 
 // Per LHS position of an update: the name of the Var there if it is a Var
 // (not an RVar) that no other LHS argument uses, else "". Distinct values of

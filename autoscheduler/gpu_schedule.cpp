@@ -6,6 +6,8 @@
 #include <sstream>
 #include <string>
 
+#include "autoscheduler/schedule_primitives.h"
+
 namespace segtile {
 
 using Halide::Expr;
@@ -19,16 +21,9 @@ using Halide::Internal::expr_uses_var;
 
 namespace {
 
-// Extents are run-time values (tile and image sizes): GuardWithIf is the
-// one tail strategy legal for every extent, in pure and update stages.
-constexpr TailStrategy kTail = TailStrategy::GuardWithIf;
-
-bool debug() {
-    static const bool on = std::getenv("SEGTILE_SCHEDULE_DEBUG") != nullptr;
-    return on;
-}
-
-std::string unqualified(const std::string &n) { return n.substr(n.rfind('.') + 1); }
+using schedule::debug;
+using schedule::kTail;
+using schedule::unqualified;
 
 struct Dim {
     std::string name;

@@ -329,6 +329,24 @@ Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c)
     return p;
 }
 
+// Given segments (first, last layer), the fastest tile of each under the
+// budget; infinite time if one has none.
+Choice fastest_tiles(Search &s, const std::vector<std::pair<int, int>> &spans, int64_t budget, bool use_exact) {
+    Choice c;
+    c.seconds = 0;
+    for (const auto &[a, b] : spans) {
+        Search::Eval e = s.best_tile(a, b, budget, use_exact);
+        if (!e.feasible) {
+            c.seconds = kInfinity;
+            break;
+        }
+        c.seconds += e.seconds;
+        c.store += e.store;
+        c.segments.push_back(e);
+    }
+    return c;
+}
+
 // The smallest working memory any split needs (bottleneck DP), for the
 // error message when a cap is too small.
 int64_t smallest_feasible(Search &s, bool use_exact) {
@@ -397,19 +415,9 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     Choice c;
     if (!req.allowed_cuts.empty()) {
         for (const auto &cuts : req.allowed_cuts) {
-            SegmentLayout layout = make_segments(m, cuts);
-            Choice k;
-            k.seconds = 0;
-            for (const auto &seg : layout.segments) {
-                Search::Eval e = s.best_tile(seg.first, seg.last, budget, exact != nullptr);
-                if (!e.feasible) {
-                    k.seconds = kInfinity;
-                    break;
-                }
-                k.seconds += e.seconds;
-                k.store += e.store;
-                k.segments.push_back(e);
-            }
+            std::vector<std::pair<int, int>> spans;
+            for (const auto &seg : make_segments(m, cuts).segments) spans.push_back({seg.first, seg.last});
+            const Choice k = fastest_tiles(s, spans, budget, exact != nullptr);
             if (req.checkpoint_cap > 0 && k.store + s.image_grad_bytes() > req.checkpoint_cap) continue;
             if (k.seconds < c.seconds) c = k;
         }
@@ -429,19 +437,9 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
         }
         // Final tiles from the exact model itself.
         if (exact && c.seconds < kInfinity) {
-            Choice f;
-            f.seconds = 0;
-            for (const auto &e : c.segments) {
-                Search::Eval x = s.best_tile(e.plan.first, e.plan.last, budget, true);
-                if (!x.feasible) {
-                    f.seconds = kInfinity;
-                    break;
-                }
-                f.seconds += x.seconds;
-                f.store += x.store;
-                f.segments.push_back(x);
-            }
-            c = f;
+            std::vector<std::pair<int, int>> spans;
+            for (const auto &e : c.segments) spans.push_back({e.plan.first, e.plan.last});
+            c = fastest_tiles(s, spans, budget, true);
         }
     }
     if (c.seconds == kInfinity) throw fail("even the smallest tiles of every split exceed it");

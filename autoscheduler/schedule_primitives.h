@@ -1,0 +1,25 @@
+// What the CPU and GPU schedules share: the one tail strategy legal for
+// run-time extents, the debug switch, and loop-name handling.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "Halide.h"
+
+namespace segtile::schedule {
+
+// Extents are run-time values (tile and image sizes), so every split must
+// be legal for any extent, including ones below the vector width:
+// GuardWithIf always is (RoundUp would constrain input and output sizes,
+// ShiftInwards needs extent >= factor and is illegal in updates).
+constexpr Halide::TailStrategy kTail = Halide::TailStrategy::GuardWithIf;
+
+// SEGTILE_SCHEDULE_DEBUG=1 prints each scheduling decision to stderr.
+inline bool debug() { return std::getenv("SEGTILE_SCHEDULE_DEBUG") != nullptr; }
+
+// Loop names of split dims are qualified ("x.x_vi"); scheduling calls take
+// the last part and match it as a suffix.
+inline std::string unqualified(const std::string &n) { return n.substr(n.rfind('.') + 1); }
+
+}  // namespace segtile::schedule
