@@ -1,5 +1,5 @@
 // segtile: command-line program. `segtile train` with no options runs the
-// main job: marks_cnn on generated 4096x4096 images under a 256 MiB cap.
+// main job: marks_cnn on generated 2048x2048 images under a 256 MiB cap.
 // Exit status: 0 done, 1 bad input (image, dataset, weights, options),
 // 2 bad model file, 3 memory cap below the smallest feasible.
 #include <cstdio>

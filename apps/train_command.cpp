@@ -12,10 +12,10 @@ class TrainCommand : public Command {
 public:
     explicit TrainCommand(CLI::App &parent) {
         cmd_ = parent.add_subcommand(
-            "train", "train a model; with no options, the main job: marks_cnn on generated 4096x4096 images "
+            "train", "train a model; with no options, the main job: marks_cnn on generated 2048x2048 images "
                      "under a 256 MiB working-memory cap");
         o_.optimizer.kind = "adam";
-        o_.optimizer.lr = 0.003f;
+        o_.optimizer.lr = 0.01f;
         o_.execution.memory_cap = "256MiB";
         auto *c = cmd_;
         c->add_option("--model", o_.model, "shipped model name or model .json file")->capture_default_str();

@@ -131,7 +131,7 @@ public:
         return std::to_string(per_epoch_) + " generated " + std::to_string(task_.width) + "x" +
                std::to_string(task_.height) + " images per epoch (noise with " + std::to_string(task_.min_marks) +
                "-" + std::to_string(task_.max_marks) + " " + std::to_string(task_.mark_size) + "x" +
-               std::to_string(task_.mark_size) + " marks: filled = class 1, hollow = class 0)";
+               std::to_string(task_.mark_size) + " marks per 512x512 block: filled = class 1, hollow = class 0)";
     }
 
 private:

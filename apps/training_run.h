@@ -20,13 +20,13 @@ struct TrainOptions {
     // Data: a CSV (and the folder its names are relative to), or the built-in task.
     std::string data, images;
     std::string task;  // "classification" / "segmentation"; "": from the CSV's header or the model's loss
-    std::string size = "4096x4096";  // built-in task: image size
-    int images_per_epoch = 48;       // built-in task
-    int epochs = 4;
+    std::string size = "2048x2048";  // built-in task: image size
+    int images_per_epoch = 128;      // built-in task
+    int epochs = 10;
     int batch = 8;
     uint64_t seed = 0;
     OptimizerConfig optimizer;
-    std::string lr_schedule = "cosine";  // constant | cosine | step
+    std::string lr_schedule = "constant";  // constant | cosine | step
     ExecutionOptions execution;
     std::string run;            // run folder; "": runs/<model>-<date>-<time>
     std::string trace;          // Chrome trace of the first step, written here

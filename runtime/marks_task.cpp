@@ -1,5 +1,6 @@
 #include "runtime/marks_task.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -43,8 +44,11 @@ int LargeMarks::generate(Tensor &image, uint64_t seed, uint64_t index) const {
         return state % bound;
     };
     const int label = (int)next(2);
-    const int marks = min_marks + (int)next((uint64_t)(max_marks - min_marks + 1));
-    for (int m = 0; m < marks; m++) {
+    // Marks scale with the area, so that every part of a large image carries
+    // some (a learning signal a small budget of images can find).
+    const int64_t blocks = std::max<int64_t>(1, (width * height) / (512 * 512));
+    const int64_t marks = blocks * (min_marks + (int64_t)next((uint64_t)(max_marks - min_marks + 1)));
+    for (int64_t m = 0; m < marks; m++) {
         const int64_t x0 = (int64_t)next((uint64_t)(width - mark_size + 1));
         const int64_t y0 = (int64_t)next((uint64_t)(height - mark_size + 1));
         for (int dy = 0; dy < mark_size; dy++)

@@ -14,7 +14,7 @@ namespace segtile {
 
 struct LargeMarks {
     int64_t width = 4096, height = 4096;  // channels: 1
-    int min_marks = 3, max_marks = 6;
+    int min_marks = 3, max_marks = 6;  // per 512x512 block (images smaller than a block: per image)
     int mark_size = 16;  // side, pixels
     int border = 2;      // a hollow mark's frame width, pixels
     float noise = 0.2f;  // standard deviation of the background noise (mean 0); marks add 1

@@ -1,0 +1,43 @@
+// The main job (`segtile train` with no options: marks_cnn on generated
+// 2048x2048 images under a 256 MiB cap) learns, here at 512x512 through the
+// same code path (the program, its planner, JIT kernels and run folder), so
+// the test takes about a minute instead of several.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test/io/temp_dir.h"
+
+namespace {
+
+std::string slurp(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(MainJobProgram, DefaultTaskLearnsUnderTheCap) {
+    segtile::testing::TempDir dir;
+    const std::string cmd = "cd '" + dir.path().string() + "' && SEGTILE_HOME='" + dir.path().string() + "' '" SEGTILE_BIN
+                            "' train --size 512x512 --epochs 7 --run run >out.txt 2>err.txt";
+    const int rc = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << slurp(dir.file("out.txt")) << slurp(dir.file("err.txt"));
+    const auto log = nlohmann::json::parse(slurp(dir.file("run/log.json")));
+    EXPECT_EQ(log["config"]["model"], "marks_cnn");
+    EXPECT_EQ(log["config"]["memory_cap"], "256MiB");
+    const auto &epochs = log["epochs"];
+    ASSERT_EQ(epochs.size(), 7u);
+    const double first_loss = epochs[0]["loss"], last_loss = epochs[6]["loss"];
+    EXPECT_LT(last_loss, 0.6 * first_loss) << slurp(dir.file("out.txt"));
+    EXPECT_GT(epochs[6]["accuracy"].get<double>(), 0.8) << slurp(dir.file("out.txt"));
+    for (const auto &e : epochs) EXPECT_LE(e["peak_working_memory_bytes"].get<int64_t>(), 256 << 20);
+    // The plan the run used is in the run folder.
+    const auto plan = nlohmann::json::parse(slurp(dir.file("run/plan.json")));
+    EXPECT_EQ(plan["model"], "marks_cnn");
+    EXPECT_THAT(slurp(dir.file("out.txt")), ::testing::HasSubstr("epoch 7/7"));
+}
+
+}  // namespace
