@@ -186,6 +186,46 @@ TEST_F(ProgramTest, TraceOfOneStepHasSegmentsTilesAndKernels) {
     EXPECT_EQ(by_category["kernel"], by_category["tile"]);
 }
 
+// A dense (mse) model learns masks from a segmentation CSV (images of two
+// sizes), and predict writes a full-size mask per image that matches.
+TEST_F(ProgramTest, SegmentationTrainsAndPredictsFullSizeMasks) {
+    dir.write("seg.json", R"({"name": "seg", "input_channels": 1, "layers": [
+        {"name": "c1", "type": "conv2d", "params": "features.0", "out_channels": 4, "kernel": 3, "padding": 1},
+        {"name": "r1", "type": "relu"},
+        {"name": "c2", "type": "conv2d", "params": "features.2", "out_channels": 2, "kernel": 3, "padding": 1}],
+        "loss": {"type": "mse"}})");
+    std::string csv = "image,mask\n";
+    for (int i = 0; i < 4; i++) {
+        const int w = i < 2 ? 40 : 24, h = i < 2 ? 32 : 24;
+        Halide::Runtime::Buffer<uint8_t> img(w, h), mask(w, h);  // (W, H)
+        img.for_each_element([&](int x, int y) {
+            const bool on = (x / 8 + y / 8 + i) % 2;
+            img(x, y) = on ? 200 : 30;
+            mask(x, y) = on;
+        });
+        write_png(dir.file("i" + std::to_string(i) + ".png"), img);
+        write_png(dir.file("m" + std::to_string(i) + ".png"), mask);
+        csv += "i" + std::to_string(i) + ".png,m" + std::to_string(i) + ".png\n";
+    }
+    dir.write("seg.csv", csv);
+    Result r = segtile("train --model seg.json --data seg.csv --epochs 8 --batch 2 --lr 0.05 --memory-cap none --run S");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    const auto log = nlohmann::json::parse(slurp(dir.file("S/log.json")));
+    EXPECT_GT(log["epochs"][7]["accuracy"].get<double>(), 0.9) << r.out;  // pixel accuracy
+    Result p = segtile("predict --model seg.json --weights S/weights.safetensors --images seg.csv --out pred "
+                       "--cuts r1 --tile 8x8");
+    ASSERT_EQ(p.status, 0) << p.err;
+    MemoryLedger ledger;
+    for (int i = 0; i < 4; i++) {
+        Tensor got = read_mask(dir.file("pred/i" + std::to_string(i) + "_mask.png"), &ledger);
+        Tensor want = read_mask(dir.file("m" + std::to_string(i) + ".png"), &ledger);
+        ASSERT_EQ(got.dims(), want.dims());
+        int64_t same = 0;
+        for (int64_t k = 0; k < got.numel(); k++) same += got.as<int32_t>()[k] == want.as<int32_t>()[k];
+        EXPECT_GT((double)same / (double)got.numel(), 0.9) << "image " << i;
+    }
+}
+
 // ------------------------------------------------------------------ bad input
 
 class BadInputTest : public ProgramTest {
