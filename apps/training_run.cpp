@@ -312,7 +312,9 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
     // too small for some image fails here, before anything is written.
     const auto sizes = source->image_sizes();
     for (const auto &[w, h] : sizes) {
-        log << "image size " << w << "x" << h << ": " << cache.describe() << "\n" << std::flush;
+        log << "image size " << w << "x" << h << " (" << format_bytes(w * h * m.input_channels * 4)
+            << " as float32, one image at a time): " << cache.describe() << "\n"
+            << std::flush;
         SegmentedExecutor &e = cache.for_size(w, h);
         (void)e;
     }
