@@ -31,7 +31,8 @@ float scheduled_lr(const std::string &schedule, float lr, int64_t step, int64_t 
     if (schedule == "cosine") return (float)(lr * 0.5 * (1 + std::cos(M_PI * (double)step / (double)total)));
     if (schedule == "step") {
         const int64_t epoch = step / std::max<int64_t>(1, steps_per_epoch);
-        return lr * (epoch >= (3 * epochs) / 4 ? 0.01f : epoch >= epochs / 2 ? 0.1f : 1.0f);
+        // Compared without integer division, so that short runs start at lr.
+        return lr * (4 * epoch >= 3 * (int64_t)epochs ? 0.01f : 2 * epoch >= (int64_t)epochs ? 0.1f : 1.0f);
     }
     throw std::invalid_argument("--lr-schedule: unknown schedule '" + schedule + "'; use constant, cosine or step");
 }

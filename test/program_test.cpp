@@ -130,6 +130,11 @@ TEST_F(ProgramTest, ResumeGivesTheSameWeightsTiledWithSgd) {
     ASSERT_EQ(segtile("train " + opts + "--run parts --stop-after 2").status, 0);
     ASSERT_EQ(segtile("train --resume parts").status, 0);
     EXPECT_EQ(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
+    // The step schedule: lr for the first half of the epochs, lr / 10 after.
+    const auto epochs = nlohmann::json::parse(slurp(dir.file("whole/log.json")))["epochs"];
+    EXPECT_FLOAT_EQ(epochs[0]["lr_end"].get<float>(), 0.01f);
+    EXPECT_FLOAT_EQ(epochs[1]["lr_end"].get<float>(), 0.01f);
+    EXPECT_FLOAT_EQ(epochs[2]["lr_end"].get<float>(), 0.001f);
 }
 
 TEST_F(ProgramTest, TiledAndUntiledTrainingAgree) {
