@@ -15,6 +15,16 @@ using Halide::Expr;
 // (CodeGen_Posix; runtime/pseudostack.cpp's heap_threshold): not heap.
 constexpr int64_t kStackBytes = 16 * 1024;
 
+// Whether Halide's codegen backs an allocation of `bytes` (nullopt: not
+// known here) with halide_malloc. Stack allocations of run-time size go to a
+// pseudostack that is heap-backed beyond 16 KiB (runtime/pseudostack.cpp).
+bool goes_to_heap(const Allocate *op, std::optional<int64_t> bytes) {
+    if (op->new_expr.defined() || op->memory_type == Halide::MemoryType::Register) return false;
+    const bool constant = op->constant_allocation_size() > 0;
+    if (op->memory_type == Halide::MemoryType::Stack) return !constant && (!bytes || *bytes > kStackBytes);
+    return !(constant && bytes && *bytes <= kStackBytes);
+}
+
 // Output buffers may be named after a uniquified Func ("grad_b$1.extent.0"):
 // the argument's name is the part before "$".
 std::string without_suffix(const std::string &name) {
@@ -107,8 +117,6 @@ private:
             // A parallel task re-loads a captured value under its own name: keep it.
         } else {
             env_.erase(name);
-            if (std::getenv("SEGTILE_LOWERED_DEBUG") && name.find("extent_realized") != std::string::npos)
-                std::cerr << "lowered_memory: let " << name << " = " << simplify(bind_.mutate(value)) << "\n";
         }
         body.accept(this);
         if (saved) env_[name] = *saved;
@@ -136,18 +144,13 @@ private:
             points = {make_const(op->min.type(), *min), make_const(op->min.type(), *min + *extent / 2),
                       make_const(op->min.type(), *min + *extent - 1)};
         int64_t inc = 0;
-        parallel_depth_ += op->is_parallel();
         for (const Expr &p : points) {
             peak = live;
             scoped(op->name, p, op->body);
             inc = std::max(inc, peak - before);
             live = before;
         }
-        parallel_depth_ -= op->is_parallel();
         peak = std::max(saved_peak, before + copies * inc);
-        if (inc > 0 && std::getenv("SEGTILE_LOWERED_DEBUG"))
-            std::cerr << "lowered_memory: loop " << op->name << (op->is_parallel() ? " parallel" : "") << " x" << copies
-                      << " allocates " << inc << " per iteration\n";
     }
 
     bool allocates(const Stmt &s) {
@@ -163,7 +166,6 @@ private:
         return f.found;
     }
     std::map<const IRNode *, bool> allocates_;
-    int parallel_depth_ = 0;
 
     // A parallel loop is lowered to a call of the thread pool with its body
     // as a separate function: walk that body, once per concurrent task.
@@ -229,17 +231,7 @@ private:
             if (!v) known = false;
             else bytes *= std::max<int64_t>(*v, 0);
         }
-        const bool constant = op->constant_allocation_size() > 0;
-        // Stack allocations of run-time size go to a pseudostack that is
-        // heap-backed beyond 16 KiB (runtime/pseudostack.cpp): inside a
-        // parallel loop, one per task.
-        bool heap;
-        if (op->new_expr.defined() || op->memory_type == Halide::MemoryType::Register) heap = false;
-        else if (op->memory_type == Halide::MemoryType::Stack) heap = !constant && known && bytes > kStackBytes;
-        else heap = !(constant && bytes <= kStackBytes);
-        if (parallel_depth_ > 0 && std::getenv("SEGTILE_LOWERED_DEBUG"))
-            std::cerr << "lowered_memory: in parallel loop: " << op->name << " type " << (int)op->memory_type << " bytes "
-                      << bytes << (constant ? " constant" : "") << (heap ? " heap" : " not heap") << "\n";
+        const bool heap = goes_to_heap(op, known ? std::optional<int64_t>(bytes) : std::nullopt);
         if (heap && !known) {
             unknown++;
             if (std::getenv("SEGTILE_LOWERED_DEBUG"))
@@ -275,10 +267,7 @@ private:
     using IRVisitor::visit;
     void visit(const Allocate *op) override {
         const int64_t c = op->constant_allocation_size();
-        const bool small = c > 0 && c * op->type.bytes() <= kStackBytes;
-        if (!op->new_expr.defined() && op->memory_type != Halide::MemoryType::Stack &&
-            op->memory_type != Halide::MemoryType::Register && !small)
-            count++;
+        if (goes_to_heap(op, c > 0 ? std::optional<int64_t>(c * op->type.bytes()) : std::nullopt)) count++;
         IRVisitor::visit(op);
     }
 };
@@ -295,7 +284,6 @@ LoweredMemory::LoweredMemory(const std::vector<Halide::Func> &outputs, const std
         }
     }();
     for (const auto &f : mod.functions()) {
-        if (std::getenv("SEGTILE_LOWERED_DEBUG")) std::cerr << "lowered_memory: function " << f.name << "\n";
         if (f.name == "lowered_memory") body_ = f.body;
         else functions_.emplace(f.name, f);
     }

@@ -194,10 +194,9 @@ public:
     // Learns exact/analytic for a segment at its chosen tile.
     void calibrate(int a, int b, TileSize tile) {
         if (!exact_ || ratios_.count({a, b})) return;
-        Eval an = evaluate(a, b, tile, false);
         ratios_[{a, b}] = 1.0;  // analytic as is, for the comparison below
-        an = evaluate(a, b, tile, false);
-        Eval ex = evaluate(a, b, tile, true);
+        const Eval an = evaluate(a, b, tile, false);
+        const Eval ex = evaluate(a, b, tile, true);
         const int64_t an_k = an.plan.kernel_bytes, ex_k = ex.plan.kernel_bytes;
         ratios_[{a, b}] = an_k > 0 ? (double)ex_k / (double)an_k : 1.0;
         best_cache_.clear();
