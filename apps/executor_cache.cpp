@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "autoscheduler/calibrate.h"
+#include "autoscheduler/cpu_schedule.h"
 #include "io/atomic_file.h"
 
 #include "generators/jit_kernel.h"
@@ -65,7 +66,8 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
     std::ostringstream key;
     key << model_text << '|' << p.width << 'x' << p.height << '|' << p.memory_cap << '|' << p.checkpoint_cap << '|'
         << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path()) << '|'
-        << (threads ? threads : std::to_string(std::thread::hardware_concurrency()));
+        << (threads ? threads : std::to_string(std::thread::hardware_concurrency())) << "|schedule "
+        << kCpuScheduleVersion;
     std::ostringstream name;
     name << dir << "/" << m.name << "-" << p.width << "x" << p.height << "-" << std::hex
          << std::hash<std::string>{}(key.str()) << ".json";

@@ -1,8 +1,10 @@
-// A first CPU schedule for segtile's kernel pipelines: every Func at root
-// (autodiff pipelines recompute exponentially when inlined), vectorised
-// along its innermost pure dimension and parallel over its outer ones, and
-// the weight-gradient reductions split with rfactor so that they vectorise
-// too. A pure schedule: results do not change.
+// The CPU schedule of segtile's kernel pipelines, chosen per Func by the
+// shape of its definition: convolutions (and autodiff's gathers for their
+// input gradients) register-blocked, conv weight gradients rfactored into
+// vector partial sums per channel block, pointwise Funcs read once inlined,
+// everything else at root (autodiff pipelines recompute exponentially when
+// inlined wholesale), vectorised and parallel. A pure schedule: results do
+// not change. docs/design.md ("Schedules") has the measurements.
 #pragma once
 
 #include <vector>
@@ -10,6 +12,10 @@
 #include "Halide.h"
 
 namespace segtile {
+
+// Plans cached on disk were sized with the schedule's own allocations:
+// bump this when they change, so that old plans are not reused.
+constexpr int kCpuScheduleVersion = 2;
 
 void schedule_cpu(const std::vector<Halide::Func> &outputs, const Halide::Target &target);
 

@@ -34,6 +34,19 @@ Func wrap(const Func &src, int dims, const std::string &name) {
     return f;
 }
 
+// A parameter's copy, clamped to its extents: the CPU schedule computes
+// convolutions in blocks of channels rounded up (autoscheduler/
+// cpu_schedule.cpp), whose extra channels read weights and biases past the
+// last one. Their values are never used; in range the copy is exact.
+Func wrap_param(const Func &src, const std::vector<int64_t> &dims, const std::string &name) {
+    auto v = vars_for((int)dims.size());
+    std::vector<Expr> at;
+    for (size_t i = 0; i < dims.size(); i++) at.push_back(Halide::clamp(v[i], 0, (int)dims[i] - 1));
+    Func f(name);
+    f(v) = src(at);
+    return f;
+}
+
 // Extents of the sources and of layers first..last, propagated from the sources.
 std::vector<TensorBounds> extents_from(const Model &m, const std::map<int, std::pair<Expr, Expr>> &known, int first,
                                        int last) {
@@ -62,7 +75,8 @@ Built build_tensors(const Model &m, const std::vector<KernelArg> &sig, const Ker
     b.params.resize(specs.size());
     for (const auto &a : sig) {
         if (a.output || a.scalar) continue;
-        if (a.param >= 0) b.params[a.param] = wrap(in.buffers.at(a.name), a.dims, "p_" + c_identifier(specs[a.param].name));
+        if (a.param >= 0)
+            b.params[a.param] = wrap_param(in.buffers.at(a.name), specs[a.param].dims, "p_" + c_identifier(specs[a.param].name));
         else if (a.name.rfind("in_", 0) == 0) b.sources[a.tensor] = wrap(in.buffers.at(a.name), 4, "src_" + a.name);
     }
     b.tensors = build_forward(m, b.sources, b.params, bounds, t, first, last);
