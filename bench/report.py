@@ -313,11 +313,17 @@ def main():
     for name, d in runs:
         out.append(f"- {context_line(d, name)}")
     out.append("")
-    out.append("**These numbers were measured while other jobs (builds and tests of three other agents) ran on "
-               "the same 2 cores** (see the load averages): timings are noisy and pessimistic, up to several "
-               "times slower than on an idle machine, and are to be rerun. Each configuration ran in its own "
-               "process (`bench/isolated_run.h`), so the high-water marks are per configuration; they include "
-               "the JIT compiler's own memory.\n")
+    # A 1-minute load average above the core count means other jobs shared
+    # the cores while a suite ran: say so instead of presenting clean numbers.
+    loads = [float(d["context"]["load_avg"][0]) for _, d in runs if d.get("context", {}).get("load_avg")]
+    cores = os.cpu_count() or 1
+    if loads and max(loads) > cores:
+        out.append(f"**Some suites ran while other jobs shared the {cores} cores** (1-minute load average up to "
+                   f"{max(loads):.1f}): their timings are pessimistic and are to be rerun. ")
+    out.append("The host's speed also changes over hours (the FMA peak above has measured from 245 to 531 GFLOP/s "
+               "from one session to the next): compare figures from the same run only, as the fractions of peak do. Each "
+               "configuration ran in its own process (`bench/isolated_run.h`), so the high-water marks are per "
+               "configuration; they include the JIT compiler's own memory.\n")
     if docs["machine_peak"]:
         peak_section(docs["machine_peak"], out)
     if docs["layers"]:
