@@ -41,52 +41,41 @@ namespace {
 
 // ------------------------------------------------------------------ config
 
+// Every saved field once, by its key in log.json: to_json and from_json
+// both walk this list (O is TrainOptions, const or not).
+template <class O, class F>
+void config_fields(O &o, F &&f) {
+    f("model", o.model);
+    f("data", o.data);
+    f("images", o.images);
+    f("task", o.task);
+    f("size", o.size);
+    f("images_per_epoch", o.images_per_epoch);
+    f("epochs", o.epochs);
+    f("batch", o.batch);
+    f("seed", o.seed);
+    f("optimizer", o.optimizer.kind);
+    f("lr", o.optimizer.lr);
+    f("momentum", o.optimizer.momentum);
+    f("weight_decay", o.optimizer.weight_decay);
+    f("lr_schedule", o.lr_schedule);
+    f("memory_cap", o.execution.memory_cap);
+    f("plan_file", o.execution.plan_file);
+    f("cuts", o.execution.cuts);
+    f("tile", o.execution.tile);
+    f("checkpoint_dir", o.execution.checkpoint_dir);
+    f("estimate", o.execution.estimate);
+}
+
 json to_json(const TrainOptions &o) {
-    const ExecutionOptions &e = o.execution;
-    return {{"model", o.model},
-            {"data", o.data},
-            {"images", o.images},
-            {"task", o.task},
-            {"size", o.size},
-            {"images_per_epoch", o.images_per_epoch},
-            {"epochs", o.epochs},
-            {"batch", o.batch},
-            {"seed", o.seed},
-            {"optimizer", o.optimizer.kind},
-            {"lr", o.optimizer.lr},
-            {"momentum", o.optimizer.momentum},
-            {"weight_decay", o.optimizer.weight_decay},
-            {"lr_schedule", o.lr_schedule},
-            {"memory_cap", e.memory_cap},
-            {"plan_file", e.plan_file},
-            {"cuts", e.cuts},
-            {"tile", e.tile},
-            {"checkpoint_dir", e.checkpoint_dir},
-            {"estimate", e.estimate}};
+    json j = json::object();
+    config_fields(o, [&](const char *key, const auto &v) { j[key] = v; });
+    return j;
 }
 
 TrainOptions from_json(const json &j) {
     TrainOptions o;
-    o.model = j.at("model");
-    o.data = j.at("data");
-    o.images = j.at("images");
-    o.task = j.at("task");
-    o.size = j.at("size");
-    o.images_per_epoch = j.at("images_per_epoch");
-    o.epochs = j.at("epochs");
-    o.batch = j.at("batch");
-    o.seed = j.at("seed");
-    o.optimizer.kind = j.at("optimizer");
-    o.optimizer.lr = j.at("lr");
-    o.optimizer.momentum = j.at("momentum");
-    o.optimizer.weight_decay = j.at("weight_decay");
-    o.lr_schedule = j.at("lr_schedule");
-    o.execution.memory_cap = j.at("memory_cap");
-    o.execution.plan_file = j.at("plan_file");
-    o.execution.cuts = j.at("cuts");
-    o.execution.tile = j.at("tile");
-    o.execution.checkpoint_dir = j.at("checkpoint_dir");
-    o.execution.estimate = j.at("estimate");
+    config_fields(o, [&](const char *key, auto &v) { j.at(key).get_to(v); });
     o.execution.optimizer = o.optimizer.kind;
     o.execution.batch = o.batch;
     return o;
@@ -207,29 +196,28 @@ struct EpochLog {
     int64_t peak_working = 0, high_water_mark = 0, peak_checkpoint = 0;
 };
 
+template <class E, class F>
+void epoch_fields(E &e, F &&f) {
+    f("epoch", e.epoch);
+    f("loss", e.loss);
+    f("accuracy", e.accuracy);
+    f("images_per_second", e.images_per_second);
+    f("seconds", e.seconds);
+    f("lr_end", e.lr);
+    f("peak_working_memory_bytes", e.peak_working);
+    f("checkpoint_store_bytes", e.peak_checkpoint);
+    f("high_water_mark_bytes", e.high_water_mark);
+}
+
 json to_json(const EpochLog &e) {
-    return {{"epoch", e.epoch},
-            {"loss", e.loss},
-            {"accuracy", e.accuracy},
-            {"images_per_second", e.images_per_second},
-            {"seconds", e.seconds},
-            {"lr_end", e.lr},
-            {"peak_working_memory_bytes", e.peak_working},
-            {"checkpoint_store_bytes", e.peak_checkpoint},
-            {"high_water_mark_bytes", e.high_water_mark}};
+    json j = json::object();
+    epoch_fields(e, [&](const char *key, const auto &v) { j[key] = v; });
+    return j;
 }
 
 EpochLog epoch_from_json(const json &j) {
     EpochLog e;
-    e.epoch = j.at("epoch");
-    e.loss = j.at("loss");
-    e.accuracy = j.at("accuracy");
-    e.images_per_second = j.at("images_per_second");
-    e.seconds = j.at("seconds");
-    e.lr = j.at("lr_end");
-    e.peak_working = j.at("peak_working_memory_bytes");
-    e.peak_checkpoint = j.at("checkpoint_store_bytes");
-    e.high_water_mark = j.at("high_water_mark_bytes");
+    epoch_fields(e, [&](const char *key, auto &v) { j.at(key).get_to(v); });
     return e;
 }
 

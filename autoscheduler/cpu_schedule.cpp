@@ -189,6 +189,12 @@ bool schedule_scatter(Func f, int k, const std::vector<Expr> &lhs, int width) {
     return true;
 }
 
+// AVX-512 has 32 vector registers (AVX2 16): the register blocks below
+// size their accumulators by it.
+bool has_32_vector_registers(const Halide::Target &t) {
+    return t.has_feature(Halide::Target::AVX512) || t.has_feature(Halide::Target::AVX512_Skylake);
+}
+
 // A convolution-shaped Func: a pure definition and one update whose LHS is
 // the Func's own pure Vars in order (x, y, c, ...) and whose reduction is
 // over at least three RVars of constant extent (kernel taps and input
@@ -227,7 +233,7 @@ bool conv_shaped(Func f) {
 // values are computed and never read.
 void schedule_conv(Func f, const Halide::Target &target) {
     const int width = target.natural_vector_size(f.type());
-    const bool wide = target.has_feature(Halide::Target::AVX512) || target.has_feature(Halide::Target::AVX512_Skylake);
+    const bool wide = has_32_vector_registers(target);
     const int rows = wide ? 6 : 3, channels = 4;
     Var x = f.args()[0], y = f.args()[1], c = f.args()[2];
     Var xo("xo"), xi("xi"), yo("yo"), yi("yi"), co("co"), ci("ci");
@@ -281,7 +287,7 @@ bool weight_grad_shaped(Func f) {
 // Parallel over output-channel blocks (each task owns its slice of dw).
 void schedule_weight_grad(Func f, const Halide::Target &target) {
     const int width = target.natural_vector_size(f.type());
-    const bool wide = target.has_feature(Halide::Target::AVX512) || target.has_feature(Halide::Target::AVX512_Skylake);
+    const bool wide = has_32_vector_registers(target);
     const int in_block = wide ? 6 : 3, out_block = 4;
     f.compute_root();
     Stage s = f.update(0);
