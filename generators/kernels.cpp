@@ -12,12 +12,6 @@ using Halide::Var;
 
 namespace {
 
-struct ExprOps {
-    static Expr min(const Expr &a, const Expr &b) { return Halide::min(a, b); }
-    static Expr max(const Expr &a, const Expr &b) { return Halide::max(a, b); }
-    static Expr floor_div(const Expr &a, int b) { return a / b; }  // Halide's integer division floors
-};
-
 std::vector<Var> vars_for(int dims) {
     static const char *names[] = {"x", "y", "c", "n"};
     std::vector<Var> v;
@@ -31,6 +25,17 @@ Func wrap(const Func &src, int dims, const std::string &name) {
     auto v = vars_for(dims);
     Func f(name);
     f(v) = src(std::vector<Expr>(v.begin(), v.end()));
+    return f;
+}
+
+// A source's copy (an input window), its channel clamped: the CPU schedule
+// computes weight gradients in blocks of input channels rounded up, whose
+// extra channels read the source past its last one (an image of 3 channels
+// in blocks of 4). Their values are never used; in range the copy is exact.
+Func wrap_source(const Func &src, int channels, const std::string &name) {
+    Var x("x"), y("y"), c("c"), n("n");
+    Func f(name);
+    f(x, y, c, n) = src(x, y, Halide::clamp(c, 0, channels - 1), n);
     return f;
 }
 
@@ -77,7 +82,10 @@ Built build_tensors(const Model &m, const std::vector<KernelArg> &sig, const Ker
         if (a.output || a.scalar) continue;
         if (a.param >= 0)
             b.params[a.param] = wrap_param(in.buffers.at(a.name), specs[a.param].dims, "p_" + c_identifier(specs[a.param].name));
-        else if (a.name.rfind("in_", 0) == 0) b.sources[a.tensor] = wrap(in.buffers.at(a.name), 4, "src_" + a.name);
+        else if (a.name.rfind("in_", 0) == 0) {
+            const int channels = a.tensor == (int)m.layers.size() ? m.input_channels : m.layers[a.tensor].channels;
+            b.sources[a.tensor] = wrap_source(in.buffers.at(a.name), channels, "src_" + a.name);
+        }
     }
     b.tensors = build_forward(m, b.sources, b.params, bounds, t, first, last);
     return b;
@@ -131,28 +139,24 @@ std::map<std::string, Func> build_kernel(const Model &m, const SegmentLayout &la
         return out;
     }
 
-    // Segment kernels: every tensor is clipped to the region this tile needs
-    // of it (the same required_boxes the executor uses to size windows).
+    // Segment kernels: every tensor is clipped to its window, the region
+    // this tile needs of it, which the executor computes (spec/tiling.h)
+    // and passes as scalars (spec/kernel_signature.h, window_tensors).
     const SegmentSpec &seg = layout.segments.at(segment);
     auto bounds = extents_from(m, {{L, {in.scalars.at("image_width"), in.scalars.at("image_height")}}}, 0, last);
-    std::vector<Box<Expr>> full(L + 1, Box<Expr>{{0, -1}, {0, -1}});
-    for (int i = 0; i <= L; i++)
-        if (bounds[i].width.defined())
-            full[i] = {{Expr(0), bounds[i].width - 1}, {Expr(0), bounds[i].height - 1}};
+    for (int i : window_tensors(m, seg)) {
+        const std::string p = "window_" + tensor_name(m, i) + "_";
+        bounds[i].x_min = in.scalars.at(p + "x_min");
+        bounds[i].x_max = in.scalars.at(p + "x_max");
+        bounds[i].y_min = in.scalars.at(p + "y_min");
+        bounds[i].y_max = in.scalars.at(p + "y_max");
+    }
     std::vector<std::pair<int, Box<Expr>>> targets;
     for (int o : seg.outputs) {
         const std::string p = "tile_" + tensor_name(m, o) + "_";
         targets.push_back({o, {{in.scalars.at(p + "x_min"), in.scalars.at(p + "x_max")},
                                {in.scalars.at(p + "y_min"), in.scalars.at(p + "y_max")}}});
     }
-    const auto need = required_boxes<Expr, ExprOps>(m, first, last, targets, full);
-    for (int i = 0; i <= L; i++)
-        if (need[i]) {
-            bounds[i].x_min = need[i]->x.lo;
-            bounds[i].x_max = need[i]->x.hi;
-            bounds[i].y_min = need[i]->y.lo;
-            bounds[i].y_max = need[i]->y.hi;
-        }
     Built b = build_tensors(m, sig, in, first, last, bounds, t);
     if (kind == KernelKind::Forward) {
         for (int o : seg.outputs) out["out_" + tensor_name(m, o)] = wrap(b.tensors[o], 4, "out_" + tensor_name(m, o));

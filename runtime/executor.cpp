@@ -3,6 +3,7 @@
 #include <deque>
 #include <stdexcept>
 
+#include "spec/kernel_call.h"
 #include "spec/kernel_signature.h"
 #include "spec/region_map.h"
 
@@ -158,17 +159,11 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
             std::vector<std::pair<int, Tensor>> grad_windows;
             grad_windows.reserve(seg.inputs.size());
             ArgList args;
-            args.scalar("image_width", (int32_t)width_);
-            args.scalar("image_height", (int32_t)height_);
+            for (const auto &[name, v] : tile_scalars(model_, win, width_, height_)) args.scalar(name, (int32_t)v);
             auto crop = [&](const Buffer &b, const Box<int64_t> &r) {
                 return b.cropped({{(int)r.x.lo, (int)(r.x.hi - r.x.lo + 1)}, {(int)r.y.lo, (int)(r.y.hi - r.y.lo + 1)}});
             };
             for (const auto &[o, box] : targets) {
-                const std::string p = "tile_" + tensor_name(model_, o) + "_";
-                args.scalar(p + "x_min", (int32_t)box.x.lo);
-                args.scalar(p + "x_max", (int32_t)box.x.hi);
-                args.scalar(p + "y_min", (int32_t)box.y.lo);
-                args.scalar(p + "y_max", (int32_t)box.y.hi);
                 const std::string name = tensor_name(model_, o);
                 if (!backward) {
                     views.push_back(crop(values_[o].view(), box));

@@ -22,21 +22,28 @@ Dims param_dims(const ParamSpec &p) {
 
 }  // namespace
 
+std::map<std::string, int64_t> tile_scalars(const Model &m, const TileWindows &w, int64_t width, int64_t height) {
+    std::map<std::string, int64_t> s{{"image_width", width}, {"image_height", height}};
+    auto box = [&](const std::string &prefix, int t, const Box<int64_t> &b) {
+        const std::string p = prefix + tensor_name(m, t) + "_";
+        s[p + "x_min"] = b.x.lo;
+        s[p + "x_max"] = b.x.hi;
+        s[p + "y_min"] = b.y.lo;
+        s[p + "y_max"] = b.y.hi;
+    };
+    for (const auto &[t, b] : w.targets) box("tile_", t, b);
+    for (int t = 0; t < (int)w.need.size(); t++)
+        if (w.need[t]) box("window_", t, *w.need[t]);
+    return s;
+}
+
 KernelCall tile_kernel_call(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment,
                             const TileWindows &w, const std::vector<TensorShape> &shapes, int64_t width,
                             int64_t height) {
     (void)shapes;
     const auto specs = m.params();
     KernelCall c;
-    c.scalars["image_width"] = width;
-    c.scalars["image_height"] = height;
-    for (const auto &[t, box] : w.targets) {
-        const std::string p = "tile_" + tensor_name(m, t) + "_";
-        c.scalars[p + "x_min"] = box.x.lo;
-        c.scalars[p + "x_max"] = box.x.hi;
-        c.scalars[p + "y_min"] = box.y.lo;
-        c.scalars[p + "y_max"] = box.y.hi;
-    }
+    c.scalars = tile_scalars(m, w, width, height);
     for (const auto &a : kernel_signature(m, layout, kind, segment)) {
         if (a.scalar) continue;
         if (a.param >= 0) {

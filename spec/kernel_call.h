@@ -21,6 +21,11 @@ struct KernelCall {
     int threads = 1;  // workers of Halide's thread pool
 };
 
+// The scalars of tile `w` of a segment kernel, by name: the image size, each
+// output's tile and each window (spec/kernel_signature.h). The executor binds
+// exactly these; the planner evaluates allocations at them.
+std::map<std::string, int64_t> tile_scalars(const Model &m, const TileWindows &w, int64_t width, int64_t height);
+
 // A segment kernel (Forward or Backward) called on tile `w` of an image of
 // width x height (shapes: Model::shapes of it), batch 1.
 KernelCall tile_kernel_call(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment,

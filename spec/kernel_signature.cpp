@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "spec/region_map.h"
+
 namespace segtile {
 
 std::string tensor_name(const Model &m, int tensor) {
@@ -29,6 +31,18 @@ SegmentLayout untiled_layout(const Model &m) {
     l.head_first = 0;
     l.head_inputs = {(int)m.layers.size()};
     return l;
+}
+
+std::vector<int> window_tensors(const Model &m, const SegmentSpec &s) {
+    const int L = (int)m.layers.size();
+    const Box<int64_t> any{{0, 0}, {0, 0}};
+    std::vector<std::pair<int, Box<int64_t>>> targets;
+    for (int o : s.outputs) targets.push_back({o, any});
+    const auto need = required_boxes<int64_t, IntOps>(m, s.first, s.last, targets, std::vector<Box<int64_t>>(L + 1, any));
+    std::vector<int> out;
+    for (int t = 0; t <= L; t++)
+        if (need[t]) out.push_back(t);
+    return out;
 }
 
 std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment) {
@@ -79,14 +93,17 @@ std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &lay
         a.scalar = true;
         args.push_back(a);
     }
-    for (int t : s.outputs)
+    auto box = [&](const std::string &prefix, int t) {
         for (const char *e : {"x_min", "x_max", "y_min", "y_max"}) {
             KernelArg a;
-            a.name = "tile_" + tensor_name(m, t) + "_" + e;
+            a.name = prefix + tensor_name(m, t) + "_" + e;
             a.scalar = true;
             a.tensor = t;
             args.push_back(a);
         }
+    };
+    for (int t : s.outputs) box("tile_", t);
+    for (int t : window_tensors(m, s)) box("window_", t);
     for (int t : s.inputs) buffer("in_" + tensor_name(m, t), false, t);
     params(false);
     if (kind == KernelKind::Forward) {

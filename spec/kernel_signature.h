@@ -3,8 +3,10 @@
 // it, and the runtime binds buffers to it by name. Tensors are named after
 // their layer ("conv3"), the model input is "image".
 //
-// forward (segment s):  scalars image_width, image_height, and for each output
-//                       tensor T: tile_T_{x_min,x_max,y_min,y_max};
+// forward (segment s):  scalars image_width, image_height, for each output
+//                       tensor T: tile_T_{x_min,x_max,y_min,y_max}, and for
+//                       each tensor T the kernel reads or computes (its
+//                       window_tensors): window_T_{x_min,x_max,y_min,y_max};
 //                       in_T (window of each input checkpoint), parameters;
 //                       -> out_T (each output over its tile)
 // backward (segment s): the forward's inputs plus grad_out_T (each output's
@@ -42,6 +44,16 @@ std::string c_identifier(const std::string &s);       // "features.0.weight" -> 
 const char *loss_target_name(const Model &m);
 
 std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);
+
+// The tensors a segment kernel bounds by a window: its inputs and the layers
+// it computes, each over the region this tile needs of it (spec/tiling.h),
+// in index order. Which tensors these are is structural; the windows are
+// computed on the host and passed as scalars. Derived inside the kernel
+// from the tile through every layer instead, each window was an expression
+// as deep as the segment, and Halide's lowering of a backward kernel grew
+// with that depth: 11 minutes for VGG16's 31 layers, 46 s with windows
+// passed (2 cores, 2026-11-30).
+std::vector<int> window_tensors(const Model &m, const SegmentSpec &s);
 
 // Layers a kernel evaluates (and whose parameters it reads).
 std::pair<int, int> kernel_layers(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);

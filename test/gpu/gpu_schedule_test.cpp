@@ -10,6 +10,7 @@
 #include "autoscheduler/gpu_schedule.h"
 #include "generators/jit_kernel.h"
 #include "generators/kernel_pipeline.h"
+#include "spec/kernel_call.h"
 #include "spec/region_map.h"
 #include "test/gpu/lowered_gpu.h"
 
@@ -74,14 +75,7 @@ std::map<std::string, int64_t> call_values(const Model &m, const SegmentLayout &
         targets.push_back({o, {span(tx, true), span(ty, false)}});
     }
     const auto need = required_boxes<int64_t, IntOps>(m, seg.first, seg.last, targets, full);
-    std::map<std::string, int64_t> v{{"image_width", width}, {"image_height", height}};
-    for (const auto &[o, box] : targets) {
-        const std::string p = "tile_" + tensor_name(m, o) + "_";
-        v[p + "x_min"] = box.x.lo;
-        v[p + "x_max"] = box.x.hi;
-        v[p + "y_min"] = box.y.lo;
-        v[p + "y_max"] = box.y.hi;
-    }
+    std::map<std::string, int64_t> v = tile_scalars(m, TileWindows{targets, need}, width, height);
     const auto specs = m.params();
     size_t output = 0;
     for (const auto &a : probe.signature) {
