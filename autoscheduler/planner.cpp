@@ -160,10 +160,11 @@ public:
     // The fastest tile for segment a..b whose calls fit `budget` bytes
     // (0: no budget); infeasible if none does. Also records the smallest
     // memory any tile needs in `min_bytes`.
-    Eval best_tile(int a, int b, int64_t budget, bool use_exact, int64_t *min_bytes = nullptr) {
+    Eval best_tile(int a, int b, int64_t budget, bool use_exact, int64_t *min_bytes = nullptr,
+                   TileSize *min_tile = nullptr) {
         const auto key = std::make_tuple(a, b, budget, use_exact);
         auto it = best_cache_.find(key);
-        if (it != best_cache_.end() && !min_bytes) return it->second;
+        if (it != best_cache_.end() && !min_bytes && !min_tile) return it->second;
         Eval best;
         int64_t smallest = std::numeric_limits<int64_t>::max();
         const TensorShape &out = shapes_[b];
@@ -175,6 +176,7 @@ public:
         for (int64_t t : sides) {
             Eval e = evaluate(a, b, TileSize{t, t}, use_exact);
             if (!e.feasible) continue;
+            if (e.bytes < smallest && min_tile) *min_tile = e.plan.tile;
             smallest = std::min(smallest, e.bytes);
             if (budget > 0 && e.bytes > budget) continue;
             if (e.seconds < best.seconds) best = e;
@@ -346,20 +348,69 @@ Choice fastest_tiles(Search &s, const std::vector<std::pair<int, int>> &spans, i
     return c;
 }
 
-// The smallest working memory any split needs (bottleneck DP), for the
-// error message when a cap is too small.
-int64_t smallest_feasible(Search &s, bool use_exact) {
+// The split whose largest segment needs the least working memory
+// (bottleneck DP over cut positions), and that memory.
+struct SmallestSplit {
+    int64_t bytes = 0;
+    std::vector<std::pair<int, int>> spans;
+    std::vector<TileSize> tiles;  // each span's smallest tile
+};
+
+SmallestSplit smallest_split(Search &s, bool use_exact) {
     const int E = s.end();
     std::vector<int64_t> best(E + 1, std::numeric_limits<int64_t>::max());
-    std::map<std::pair<int, int>, int64_t> seg_min;
+    std::vector<int> from(E + 1, 0);
+    std::vector<TileSize> tile(E + 1);
     for (int b = 0; b <= E; b++)
         for (int a = 0; a <= b; a++) {
-            int64_t mb = 0;
-            s.best_tile(a, b, 0, use_exact, &mb);
+            int64_t mb = std::numeric_limits<int64_t>::max();
+            TileSize t;
+            s.best_tile(a, b, 0, use_exact, &mb, &t);
             const int64_t prev = a == 0 ? 0 : best[a - 1];
-            best[b] = std::min(best[b], std::max(prev, mb));
+            if (prev == std::numeric_limits<int64_t>::max()) continue;
+            if (std::max(prev, mb) < best[b]) {
+                best[b] = std::max(prev, mb);
+                from[b] = a;
+                tile[b] = t;
+            }
         }
-    return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), best[E])) + 1;
+    SmallestSplit r;
+    r.bytes = best[E];
+    for (int b = E; b >= 0; b = from[b] - 1) {
+        r.spans.insert(r.spans.begin(), {from[b], b});
+        r.tiles.insert(r.tiles.begin(), tile[b]);
+    }
+    return r;
+}
+
+// The smallest working-memory cap any plan fits, for the error message
+// when a cap is too small. With the exact model, as make_plan: the search
+// runs on the analytic model scaled by what the exact model said of each
+// segment picked so far, and the picks' own exact minimum is the answer.
+// Searching on the exact model itself lowered every one of the (layers^2)/2
+// candidate segments: VGG16 at 256^2 under a cap below its parameters took
+// more than 15 minutes to say so.
+int64_t smallest_feasible(Search &s, bool exact) {
+    SmallestSplit m = smallest_split(s, false);
+    if (exact) {
+        for (int round = 0; round < 8; round++) {
+            bool all = true;
+            for (size_t k = 0; k < m.spans.size(); k++)
+                if (!s.calibrated(m.spans[k].first, m.spans[k].second)) {
+                    s.calibrate(m.spans[k].first, m.spans[k].second, m.tiles[k]);
+                    all = false;
+                }
+            if (all) break;
+            m = smallest_split(s, false);
+        }
+        m.bytes = 0;
+        for (const auto &[a, b] : m.spans) {
+            int64_t mb = 0;
+            s.best_tile(a, b, 0, true, &mb);
+            m.bytes = std::max(m.bytes, mb);
+        }
+    }
+    return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), m.bytes)) + 1;
 }
 
 }  // namespace
