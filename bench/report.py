@@ -192,23 +192,30 @@ def layers_section(doc, out, img_dir):
     out.append("![per-layer GFLOP/s](img/layers_gflops.png)\n")
 
 
-def step_table(rs, out, key_cols, key_fn):
+# Columns train_step_bench adds for tiled runs: (header, counter, format).
+PLAN_COLUMNS = [("predicted peak", "predicted_peak_bytes", gib), ("checkpoint store", "checkpoint_bytes", gib),
+                ("recompute", "recompute_factor", lambda v: num(v, 2)), ("segments", "segments", lambda v: num(v, 0)),
+                ("plan s", "plan_seconds", num)]
+
+
+def step_table(rs, out, key_cols, key_fn, extra=()):
     # model, then size as a number; the schedule or cap keeps its run order
     order = {id(b): i for i, b in enumerate(rs)}
     rs = sorted(rs, key=lambda b: (key_fn(b)[0], int(key_fn(b)[1]), order[id(b)]))
     out.append("| " + " | ".join(key_cols) + " | s/step | GFLOP/s | fraction of peak | peak working memory "
-               "| high-water mark | compile s |")
-    out.append("|" + "---|" * len(key_cols) + "---:|---:|---:|---:|---:|---:|")
+               "| high-water mark | compile s |" + "".join(f" {h} |" for h, _, _ in extra))
+    out.append("|" + "---|" * len(key_cols) + "---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra))
     for b in rs:
         keys = key_fn(b)
         if failed(b):
             reason = b["label"].split("FAILED:", 1)[1].strip()
-            reason = reason if len(reason) < 140 else reason[:137] + "..."
-            out.append("| " + " | ".join(keys) + f" | failed: {reason} | | | | | |")
+            reason = reason if len(reason) < 320 else reason[:317] + "..."
+            out.append("| " + " | ".join(keys) + f" | failed: {reason} | | | | | |" + " |" * len(extra))
             continue
         out.append("| " + " | ".join(keys) + f" | {num(b['seconds_per_step'], 2)} | {num(b['gflops'])} | "
                    f"{num(100 * b['fraction_of_peak'])}% | {gib(b['peak_working_bytes'])} | "
-                   f"{gib(b['high_water_mark_bytes'])} | {num(b['compile_seconds'])} |")
+                   f"{gib(b['high_water_mark_bytes'])} | {num(b['compile_seconds'])} |" +
+                   "".join(f" {fmt(b[c])} |" if c in b else " — |" for _, c, fmt in extra))
     out.append("")
 
 
@@ -260,13 +267,14 @@ def steps_section(peers, train, out, img_dir):
         rs = rows(train)
         out.append("## Training step of VGG16 and Darknet19 by image size (segtile CPU schedule)\n")
         out.append("Caps are fractions of the untiled step's peak working memory; `none` is the untiled step. "
-                   "Tiled runs under caps come with the planner (issue 4).\n")
+                   "Capped runs run the planner's plan for that cap (issue 4); the untiled step has no plan "
+                   "(—), no checkpoint store and a recompute factor of 1.\n")
 
         def key(b):
             model, size, cap = parse_step(b, r"BM_TrainStep/([^/]+)/size:(\d+)/cap:([^/]+)")
             return [model, size, cap.replace("_", "/")]
 
-        step_table(rs, out, ["model", "size", "cap"], key)
+        step_table(rs, out, ["model", "size", "cap"], key, PLAN_COLUMNS)
         for b in rs:
             if failed(b):
                 continue
