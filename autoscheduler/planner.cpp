@@ -204,6 +204,19 @@ public:
         best_cache_.clear();
     }
 
+    // Learns exact/analytic again at the segment's smallest tile, keeping
+    // the larger of that and the ratio learned before.
+    void calibrate_smallest(int a, int b) {
+        int64_t bytes = 0;
+        TileSize smallest;
+        best_tile(a, b, 0, false, &bytes, &smallest);
+        const double before = ratio(a, b);
+        ratios_.erase({a, b});
+        calibrate(a, b, smallest);
+        ratios_[{a, b}] = std::max(before, ratios_[{a, b}]);
+        best_cache_.clear();
+    }
+
     int64_t fixed() const { return fixed_; }
     int64_t head() const { return head_; }
     int end() const { return end_; }
@@ -390,7 +403,7 @@ SmallestSplit smallest_split(Search &s, bool use_exact) {
 // Searching on the exact model itself lowered every one of the (layers^2)/2
 // candidate segments: VGG16 at 256^2 under a cap below its parameters took
 // more than 15 minutes to say so.
-int64_t smallest_feasible(Search &s, bool exact) {
+SmallestSplit smallest_fitting_split(Search &s, bool exact) {
     SmallestSplit m = smallest_split(s, false);
     if (exact) {
         for (int round = 0; round < 8; round++) {
@@ -410,8 +423,14 @@ int64_t smallest_feasible(Search &s, bool exact) {
             m.bytes = std::max(m.bytes, mb);
         }
     }
-    return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), m.bytes)) + 1;
+    return m;
 }
+
+int64_t cap_for(Search &s, int64_t bytes) {
+    return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), bytes)) + 1;
+}
+
+int64_t smallest_feasible(Search &s, bool exact) { return cap_for(s, smallest_fitting_split(s, exact).bytes); }
 
 }  // namespace
 
@@ -474,7 +493,8 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     } else {
         // Search on the analytic model scaled by what the exact model said
         // of each segment picked so far, until the picks are all calibrated.
-        for (int round = 0; round < 8; round++) {
+        bool exact_tiles = false;
+        for (int round = 0; round < 12; round++) {
             c = search_cuts(s, req, budget, false);
             if (!exact || c.seconds == kInfinity) break;
             bool all = true;
@@ -483,13 +503,37 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
                     s.calibrate(e.plan.first, e.plan.last, e.plan.tile);
                     all = false;
                 }
-            if (all) break;
+            if (!all) continue;
+            // Final tiles from the exact model itself. A segment it fits at
+            // no tile had its ratio learned at a larger tile (the schedule's
+            // fixed-size buffers do not shrink with the tile): learn it at
+            // the segment's smallest tile too and search again. (VGG16 at
+            // 64^2 under half its untiled peak failed here before, though
+            // another split fitted.)
+            std::vector<std::pair<int, int>> spans;
+            for (const auto &e : c.segments) spans.push_back({e.plan.first, e.plan.last});
+            const Choice k = fastest_tiles(s, spans, budget, true);
+            if (k.seconds < kInfinity) {
+                c = k;
+                exact_tiles = true;
+                break;
+            }
+            for (const auto &[a, b] : spans)
+                if (!s.best_tile(a, b, budget, true).feasible) s.calibrate_smallest(a, b);
+            c = Choice();  // infeasible unless a later round finds a split
         }
-        // Final tiles from the exact model itself.
-        if (exact && c.seconds < kInfinity) {
+        // Out of rounds with a split the exact model has not sized: its tiles.
+        if (exact && !exact_tiles && c.seconds < kInfinity) {
             std::vector<std::pair<int, int>> spans;
             for (const auto &e : c.segments) spans.push_back({e.plan.first, e.plan.last});
             c = fastest_tiles(s, spans, budget, true);
+        }
+        // Still none: the split the error message would name fits if the
+        // cap is at least what it names; run that one (it fits, though it
+        // may not be the fastest that does).
+        if (exact && c.seconds == kInfinity) {
+            const SmallestSplit m = smallest_fitting_split(s, true);
+            if (cap_for(s, m.bytes) <= req.memory_cap) c = fastest_tiles(s, m.spans, budget, true);
         }
     }
     if (c.seconds == kInfinity) throw fail("even the smallest tiles of every split exceed it");
