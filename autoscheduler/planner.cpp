@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "spec/cost.h"
@@ -430,8 +431,6 @@ int64_t cap_for(Search &s, int64_t bytes) {
     return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), bytes)) + 1;
 }
 
-int64_t smallest_feasible(Search &s, bool exact) { return cap_for(s, smallest_fitting_split(s, exact).bytes); }
-
 }  // namespace
 
 int64_t AnalyticKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) {
@@ -469,8 +468,15 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     if (req.width <= 0 || req.height <= 0) throw ModelError("plan: give the image size (width and height > 0)");
     Search s(m, req, exact);
     const int64_t budget = req.memory_cap > 0 ? (int64_t)((double)(req.memory_cap - s.fixed()) / kMargin) : 0;
+    // The smallest split, searched once: the fallback below and the error
+    // message both use it (each search may lower kernels).
+    std::optional<SmallestSplit> smallest_split_once;
+    auto smallest_fitting = [&]() -> const SmallestSplit & {
+        if (!smallest_split_once) smallest_split_once = smallest_fitting_split(s, exact != nullptr);
+        return *smallest_split_once;
+    };
     auto fail = [&](const std::string &why) -> PlanError {
-        const int64_t smallest = smallest_feasible(s, exact != nullptr);
+        const int64_t smallest = cap_for(s, smallest_fitting().bytes);
         return PlanError("no plan for " + m.name + " at " + std::to_string(req.width) + "x" +
                              std::to_string(req.height) + " fits a working-memory cap of " +
                              format_bytes(req.memory_cap) + " (" + why + "); the smallest feasible cap is " +
@@ -532,7 +538,7 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
         // cap is at least what it names; run that one (it fits, though it
         // may not be the fastest that does).
         if (exact && c.seconds == kInfinity) {
-            const SmallestSplit m = smallest_fitting_split(s, true);
+            const SmallestSplit &m = smallest_fitting();
             if (cap_for(s, m.bytes) <= req.memory_cap) c = fastest_tiles(s, m.spans, budget, true);
         }
     }
