@@ -12,7 +12,8 @@
 
 namespace segtile::bench {
 
-void run_capped_step(const std::string &name, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r) {
+void run_capped_step(const std::string &name, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
+                     const CappedStepOptions &opt) {
     using clock = std::chrono::steady_clock;
     const Model m = load_model(name);
     const auto t0 = clock::now();
@@ -30,9 +31,19 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     MemoryLedger ledger;
     SegmentLayout layout = make_segments(m, plan.cuts);
     const auto t1 = clock::now();
+    if (opt.progress) std::fprintf(stderr, "%s\n", plan_table(plan, m).c_str());
     SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger), plan.tile_sizes(),
-                           &ledger);
+                           &ledger, halide_type_of<float>(), opt.checkpoint_dir);
     const double compile_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+    if (opt.progress) {
+        std::fprintf(stderr, "compiled %zu segments in %.1f s\n", plan.segments.size(), compile_seconds);
+        exec.set_trace([&](const ExecutorEvent &e) {
+            if (e.category != "segment") return;
+            std::fprintf(stderr, "%s: %.1f s (working peak so far %s)\n", e.name.c_str(),
+                         std::chrono::duration<double>(e.end - e.start).count(),
+                         format_bytes(ledger.peak(MemoryLedger::Kind::Working)).c_str());
+        });
+    }
     // The image is data, not working memory: (W, H, C, 1).
     Tensor image({size, size, m.input_channels, 1}, &ledger, MemoryLedger::Kind::Data);
     std::mt19937 rng(1);
@@ -51,10 +62,11 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     }
     ParamStore params(m, &ledger);
     params.init_pytorch_default(1);
-    // A first step touches every buffer and starts Halide's thread pool;
-    // the second is timed (as bench/step_run.cpp's best of several).
-    exec.step(image, labels, params);
-    ledger.reset_peaks();
+    // The second step is timed (as bench/step_run.cpp's best of several).
+    if (opt.warm_up) {
+        exec.step(image, labels, params);
+        ledger.reset_peaks();
+    }
     const auto t2 = clock::now();
     exec.step(image, labels, params);
     const double seconds = std::chrono::duration<double>(clock::now() - t2).count();

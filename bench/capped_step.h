@@ -17,6 +17,14 @@ namespace segtile::bench {
 // peak_working_bytes counts the ledger's working memory (the executor's
 // tensors and every Halide allocation; the image and the checkpoint store
 // are reported apart). Throws PlanError when nothing fits the cap.
-void run_capped_step(const std::string &model, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r);
+struct CappedStepOptions {
+    // A first, untimed step touches every buffer and starts Halide's thread
+    // pool; off for the scale run, where one step takes tens of minutes.
+    bool warm_up = true;
+    std::string checkpoint_dir;  // "": the checkpoint store in memory
+    bool progress = false;       // a line on stderr per segment run
+};
+void run_capped_step(const std::string &model, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
+                     const CappedStepOptions &opt = {});
 
 }  // namespace segtile::bench

@@ -44,15 +44,12 @@ Tensor Tensor::mapped(std::vector<int64_t> dims, const std::string &dir, MemoryL
     }
     void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) {
-        unlink(path.c_str());
-        throw std::runtime_error("cannot map checkpoint file '" + path + "': " + std::strerror(errno));
-    }
+    // Unlinked at once: the mapping keeps the file, and a run that is killed
+    // leaves no checkpoint files (tens of GiB at scale) behind.
+    unlink(path.c_str());
+    if (p == MAP_FAILED) throw std::runtime_error("cannot map checkpoint file '" + path + "': " + std::strerror(errno));
     t.data_ = p;
-    t.free_ = [p, len, path] {
-        munmap(p, len);
-        unlink(path.c_str());
-    };
+    t.free_ = [p, len] { munmap(p, len); };
     t.ledger_ = ledger;
     t.kind_ = MemoryLedger::Kind::Checkpoint;
     if (ledger) ledger->allocated(t.bytes(), t.kind_);
