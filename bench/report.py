@@ -5,7 +5,8 @@ the page, e.g. the memory section, is kept) and docs/img/*.png.
 
     ~/.cache/segtile/venv/bin/python bench/report.py [--results bench/results] [--docs docs]
 
-Suites and files: machine_peak.json, layers.json, peers.json, train_step.json
+Suites and files: machine_peak.json, layers.json, peers.json, train_step.json,
+scale.json
 (bench/run_all.sh writes them); a suite run in parts (--benchmark_filter)
 may write <suite>_<part>.json files instead, which are merged. A missing
 suite leaves its section out.
@@ -289,6 +290,19 @@ def steps_section(peers, train, out, img_dir):
         out.append("![seconds per step](img/step_seconds.png) ![peak working memory](img/step_peak_memory.png)\n")
 
 
+def scale_section(doc, out):
+    out.append("## Scale run: one training step far beyond memory (issue 6)\n")
+    out.append("`scale_bench`: one step (not the best of several: the first touch of every buffer is included), "
+               "the planner's plan under an absolute working-memory cap, checkpoints in memory-mapped files "
+               "(`--checkpoint_dir`). The high-water mark counts the resident pages of those files too.\n")
+
+    def key(b):
+        model, size, cap = parse_step(b, r"BM_ScaleStep/([^/]+)/size:(\d+)/cap:([^/]+)")
+        return [model, size, cap]
+
+    step_table(rows(doc), out, ["model", "size", "cap"], key, PLAN_COLUMNS)
+
+
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -300,7 +314,7 @@ def main():
     img_dir = os.path.join(a.docs, "img")
     os.makedirs(img_dir, exist_ok=True)
     docs, runs = {}, []
-    for n in ["machine_peak", "layers", "peers", "train_step"]:
+    for n in ["machine_peak", "layers", "peers", "train_step", "scale"]:
         docs[n], r = load_suite(a.results, n, a.repair)
         runs += r
     out = [BEGIN, ""]
@@ -312,7 +326,9 @@ def main():
                "layer_bench      --peak_gflops=P --benchmark_out=bench/results/layers.json --benchmark_out_format=json\n"
                "peers_bench      --peak_gflops=P --benchmark_out=bench/results/peers.json --benchmark_out_format=json\n"
                "train_step_bench --peak_gflops=P --benchmark_out=bench/results/train_step.json "
-               "--benchmark_out_format=json\n```\n")
+               "--benchmark_out_format=json\n"
+               "scale_bench      --peak_gflops=P --benchmark_out=bench/results/scale.json --benchmark_out_format=json"
+               "   # --long only\n```\n")
     ps = sorted({b["peak_gflops"] for d in docs.values() if d for b in rows(d) if "peak_gflops" in b})
     out.append("P is the float32 all-core FMA peak (machine_peak_bench's `BM_FmaPeak/bits:32/threads:0`); every "
                "\"fraction of peak\" divides useful GFLOP/s by it. "
@@ -337,6 +353,8 @@ def main():
     if docs["layers"]:
         layers_section(docs["layers"], out, img_dir)
     steps_section(docs["peers"], docs["train_step"], out, img_dir)
+    if docs["scale"]:
+        scale_section(docs["scale"], out)
     out.append(END)
     generated = "\n".join(out) + "\n"
 

@@ -3,7 +3,7 @@
 # each suite with JSON out into bench/results/, then bench/report.py writes
 # the tables and plots of docs/benchmarks.md and docs/img/.
 #   bench/run_all.sh           default sizes (one to two hours on 2 idle cores)
-#   bench/run_all.sh --long    adds the long sizes (many hours)
+#   bench/run_all.sh --long    adds the long sizes and the scale run (many hours)
 # Extra arguments after --long (or after "--" without it) go to every suite,
 # e.g. bench/run_all.sh -- --time_limit=1800
 # SEGTILE_BUILD / SEGTILE_JOBS choose the build folder and jobs, as for build.sh.
@@ -33,5 +33,8 @@ print([b['gflops'] for b in d['benchmarks'] if b['name'].startswith('BM_FmaPeak/
 run layer_bench layers --peak_gflops="$peak" ${long[@]+"${long[@]}"} ${extra[@]+"${extra[@]}"}
 run peers_bench peers --peak_gflops="$peak" ${long[@]+"${long[@]}"} ${extra[@]+"${extra[@]}"}
 run train_step_bench train_step --peak_gflops="$peak" ${long[@]+"${long[@]}"} ${extra[@]+"${extra[@]}"}
+# The scale run (Darknet19 at 16384^2 under 1 GiB, tens of minutes, about
+# 40 GiB of checkpoint files under $TMPDIR or /tmp) only with --long.
+if [ ${#long[@]} -gt 0 ]; then run scale_bench scale --peak_gflops="$peak" ${extra[@]+"${extra[@]}"}; fi
 "$py" "$here/bench/report.py" --results "$results" --docs "$here/docs"
 echo "wrote docs/benchmarks.md and docs/img/" >&2
