@@ -12,20 +12,32 @@
 
 namespace segtile::bench {
 
-void run_capped_step(const std::string &name, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
-                     const CappedStepOptions &opt) {
-    using clock = std::chrono::steady_clock;
-    const Model m = load_model(name);
-    const auto t0 = clock::now();
+namespace {
+
+// Plans a bare step (no optimizer state, as the untiled baseline) with the
+// exact kernel memory of segtile's CPU schedule.
+Plan plan_step(const Model &m, int size, int64_t cap_bytes) {
     const Halide::Target target = Halide::get_jit_target_from_environment();
     LoweredKernelMemory exact(m, Halide::Float(32), [&](const std::vector<Halide::Func> &o) { schedule_cpu(o, target); },
                               target);
     PlanRequest req;
     req.width = req.height = size;
     req.memory_cap = cap_bytes;
-    req.optimizer_copies = 0;  // a bare step, as the untiled baseline
+    req.optimizer_copies = 0;
     req.threads = (int)std::thread::hardware_concurrency();
-    const Plan plan = make_plan(m, req, &exact);
+    return make_plan(m, req, &exact);
+}
+
+}  // namespace
+
+int64_t predicted_untiled_peak(const std::string &model, int size) { return plan_step(load_model(model), size, 0).peak_bytes; }
+
+void run_capped_step(const std::string &name, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
+                     const CappedStepOptions &opt) {
+    using clock = std::chrono::steady_clock;
+    const Model m = load_model(name);
+    const auto t0 = clock::now();
+    const Plan plan = plan_step(m, size, cap_bytes);
     const double plan_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     MemoryLedger ledger;

@@ -27,4 +27,10 @@ struct CappedStepOptions {
 void run_capped_step(const std::string &model, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
                      const CappedStepOptions &opt = {});
 
+// The planner's prediction for the step with no cap (one segment, the whole
+// image as its tile), with the same exact kernel memory: what capped runs
+// are sized from where the untiled step itself cannot run (VGG16 at 4096^2
+// needs about 40 GiB).
+int64_t predicted_untiled_peak(const std::string &model, int size);
+
 }  // namespace segtile::bench
