@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <benchmark/benchmark.h>
+
 #include "bench/fma_peak.h"
 
 namespace segtile::bench {
@@ -29,6 +31,14 @@ BenchOptions parse_bench_options(int *argc, char **argv) {
         o.peak_source = "measured";
     }
     return o;
+}
+
+int run_registered_benchmarks(int *argc, char **argv) {
+    benchmark::Initialize(argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(*argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
 }
 
 }  // namespace segtile::bench

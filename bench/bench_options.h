@@ -21,4 +21,8 @@ struct BenchOptions {
 // (half a second on every core) unless given.
 BenchOptions parse_bench_options(int *argc, char **argv);
 
+// Google Benchmark's own start-up, run and shut-down of every registered
+// benchmark; returns main's exit status (1 on an unrecognised argument).
+int run_registered_benchmarks(int *argc, char **argv);
+
 }  // namespace segtile::bench

@@ -242,9 +242,5 @@ int main(int argc, char **argv) {
                             {m, c.size, p, Schedule::Cpu, {}, false}, opt, false);
         }
     }
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return run_registered_benchmarks(&argc, argv);
 }

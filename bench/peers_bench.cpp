@@ -93,9 +93,5 @@ int main(int argc, char **argv) {
                 ->Iterations(1)
                 ->UseManualTime()
                 ->Unit(benchmark::kSecond);
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return run_registered_benchmarks(&argc, argv);
 }

@@ -93,10 +93,7 @@ int main(int argc, char **argv) {
         ->Iterations(1)
         ->UseManualTime()
         ->Unit(benchmark::kSecond);
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
+    const int status = run_registered_benchmarks(&argc, argv);
     if (temporary) fs::remove_all(so.checkpoint_dir);
-    return 0;
+    return status;
 }

@@ -133,9 +133,5 @@ int main(int argc, char **argv) {
         for (int s : sizes) configs.push_back({m, s});
     SuiteState suite;
     register_suite(memory_caps(), configs, opt, suite);
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return run_registered_benchmarks(&argc, argv);
 }
