@@ -50,6 +50,7 @@ Tensor Tensor::mapped(std::vector<int64_t> dims, const std::string &dir, MemoryL
     if (p == MAP_FAILED) throw std::runtime_error("cannot map checkpoint file '" + path + "': " + std::strerror(errno));
     t.data_ = p;
     t.free_ = [p, len] { munmap(p, len); };
+    t.mapped_ = true;
     t.ledger_ = ledger;
     t.kind_ = MemoryLedger::Kind::Checkpoint;
     if (ledger) ledger->allocated(t.bytes(), t.kind_);
@@ -57,6 +58,12 @@ Tensor Tensor::mapped(std::vector<int64_t> dims, const std::string &dir, MemoryL
 }
 
 Tensor::~Tensor() { release(); }
+
+void Tensor::drop_resident() {
+    // MADV_DONTNEED on a shared file mapping keeps dirty pages in the page
+    // cache, bound for the file: nothing is lost.
+    if (mapped_ && data_) madvise(data_, (size_t)std::max<int64_t>(bytes(), 1), MADV_DONTNEED);
+}
 
 void Tensor::release() {
     if (data_) {
@@ -79,7 +86,9 @@ Tensor &Tensor::operator=(Tensor &&o) noexcept {
         free_ = std::move(o.free_);
         ledger_ = o.ledger_;
         kind_ = o.kind_;
+        mapped_ = o.mapped_;
         o.data_ = nullptr;
+        o.mapped_ = false;
         o.numel_ = 0;
     }
     return *this;
@@ -94,7 +103,14 @@ void Tensor::fill(double v) {
     else std::fill(as<float>(), as<float>() + numel_, (float)v);
 }
 
-void Tensor::zero() { std::memset(data_, 0, bytes()); }
+void Tensor::zero() {
+    // A mapped tensor punches a hole in its file (reads back as zeros)
+    // rather than writing zeros through memory: at scale that is tens of
+    // GiB written and made resident. File systems without holes: memset.
+    if (mapped_ && data_ && madvise(data_, (size_t)std::max<int64_t>(bytes(), 1), MADV_REMOVE) == 0) return;
+    std::memset(data_, 0, bytes());
+    drop_resident();
+}
 
 Halide::Runtime::Buffer<> Tensor::view() const {
     std::vector<int> d(dims_.begin(), dims_.end());

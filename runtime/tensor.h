@@ -44,6 +44,11 @@ public:
     }
     void fill(double v);
     void zero();
+    // A mapped tensor drops its pages from this process (the file keeps
+    // the data; the next access reads it back): resident pages of mapped
+    // checkpoints would otherwise count in the process's memory (VmRSS,
+    // VmHWM) up to the whole store. No-op for a tensor in memory.
+    void drop_resident();
 
     // A non-owning view for Halide kernels (dense, min 0 in every dim).
     Halide::Runtime::Buffer<> view() const;
@@ -58,6 +63,7 @@ private:
     std::function<void()> free_;  // releases data_ (delete[] or munmap + unlink)
     MemoryLedger *ledger_ = nullptr;
     MemoryLedger::Kind kind_ = MemoryLedger::Kind::Working;
+    bool mapped_ = false;
 };
 
 std::string shape_string(const std::vector<int64_t> &dims);
