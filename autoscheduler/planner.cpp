@@ -479,7 +479,7 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
         const int64_t smallest = cap_for(s, smallest_fitting().bytes);
         return PlanError("no plan for " + m.name + " at " + std::to_string(req.width) + "x" +
                              std::to_string(req.height) + " fits a working-memory cap of " +
-                             format_bytes(req.memory_cap) + " (" + why + "); the smallest feasible cap is " +
+                             format_bytes(req.memory_cap) + " (" + why + "); the smallest feasible cap found is " +
                              format_bytes(smallest) + ": raise --memory-cap to at least that",
                          smallest);
     };

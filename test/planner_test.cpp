@@ -124,7 +124,7 @@ TEST(Planner, CapBelowSmallestFeasibleNamesIt) {
         FAIL() << "1 MiB cannot hold VGG16's weights";
     } catch (const PlanError &e) {
         EXPECT_GT(e.smallest_feasible_cap, 1 << 20);
-        EXPECT_NE(std::string(e.what()).find("smallest feasible cap is " + format_bytes(e.smallest_feasible_cap)),
+        EXPECT_NE(std::string(e.what()).find("smallest feasible cap found is " + format_bytes(e.smallest_feasible_cap)),
                   std::string::npos)
             << e.what();
         // And that cap is feasible.
