@@ -47,10 +47,10 @@ std::vector<MemoryCap> memory_caps() { return {{"none", 0}, {"1/2", 0.5}, {"1/8"
 
 // Runs one step under `cap`, in a child process, compiled there:
 // `untiled_peak_bytes` is what the "none" run of the same model and size
-// measured (0 if it did not run or failed: then the planner's prediction). A step JIT-compiled in the
-// parent and run in the forked child ran 6x slower (VGG16 256^2: 8.9 s
-// against 1.5 s compiled in the child), so nothing is compiled before the
-// fork (bench/isolated_run.h).
+// measured (0 if it did not run or failed: then the planner's
+// prediction). A step JIT-compiled in the parent and run in the forked
+// child ran 6x slower (VGG16 256^2: 8.9 s against 1.5 s compiled in the
+// child), so nothing is compiled before the fork (bench/isolated_run.h).
 void run_step_under_cap(const MemoryCap &cap, const StepConfig &c, double untiled_peak_bytes, double peak_gflops,
                         IsolatedResult &r) {
     if (cap.fraction == 0) {
