@@ -427,6 +427,13 @@ SmallestSplit smallest_fitting_split(Search &s, bool exact) {
     return m;
 }
 
+// The (first, last) layers of each segment a choice picked.
+std::vector<std::pair<int, int>> spans_of(const Choice &c) {
+    std::vector<std::pair<int, int>> spans;
+    for (const auto &e : c.segments) spans.push_back({e.plan.first, e.plan.last});
+    return spans;
+}
+
 int64_t cap_for(Search &s, int64_t bytes) {
     return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), bytes)) + 1;
 }
@@ -525,8 +532,7 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
             // the segment's smallest tile too and search again. (VGG16 at
             // 64^2 under half its untiled peak failed here before, though
             // another split fitted.)
-            std::vector<std::pair<int, int>> spans;
-            for (const auto &e : c.segments) spans.push_back({e.plan.first, e.plan.last});
+            const auto spans = spans_of(c);
             const Choice k = fastest_tiles(s, spans, budget, true);
             if (k.seconds < kInfinity) {
                 c = k;
@@ -538,11 +544,7 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
             c = Choice();  // infeasible unless a later round finds a split
         }
         // Out of rounds with a split the exact model has not sized: its tiles.
-        if (exact && !exact_tiles && c.seconds < kInfinity) {
-            std::vector<std::pair<int, int>> spans;
-            for (const auto &e : c.segments) spans.push_back({e.plan.first, e.plan.last});
-            c = fastest_tiles(s, spans, budget, true);
-        }
+        if (exact && !exact_tiles && c.seconds < kInfinity) c = fastest_tiles(s, spans_of(c), budget, true);
         // Still none: the split the error message would name fits if the
         // cap is at least what it names; run that one (it fits, though it
         // may not be the fastest that does).

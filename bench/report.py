@@ -294,7 +294,8 @@ def scale_section(doc, out):
     out.append("## Scale run: one training step far beyond memory (issue 6)\n")
     out.append("`scale_bench`: one step (not the best of several: the first touch of every buffer is included), "
                "the planner's plan under an absolute working-memory cap, checkpoints in memory-mapped files "
-               "(`--checkpoint_dir`). The high-water mark counts the resident pages of those files too.\n")
+               "(`--checkpoint_dir`). The high-water mark counts those files' pages resident at one time (since 3a62c45 "
+               "the executor drops them after each segment; before, the whole store's).\n")
 
     def key(b):
         model, size, cap = parse_step(b, r"BM_ScaleStep/([^/]+)/size:(\d+)/cap:([^/]+)")

@@ -223,8 +223,9 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     device_params_.clear();  // frees their device copies
     // Checkpoints in mapped files leave memory between segments (the page
     // cache writes them back); a later segment reads back what it needs.
-    for (auto *store : {&values_, &grads_})
-        for (Tensor &t : *store) t.drop_resident();
+    if (!checkpoint_dir_.empty())
+        for (auto *store : {&values_, &grads_})
+            for (Tensor &t : *store) t.drop_resident();
     if (trace_)
         report("segment " + std::to_string(s) + (backward ? " backward" : " forward"), "segment", segment_start,
                {{"first_layer", seg.first}, {"last_layer", seg.last},

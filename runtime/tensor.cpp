@@ -35,7 +35,7 @@ Tensor Tensor::mapped(std::vector<int64_t> dims, const std::string &dir, MemoryL
     if (fd < 0)
         throw std::runtime_error("cannot create a checkpoint file in '" + dir + "': " + std::strerror(errno) +
                                  "; choose a writable directory with room for the checkpoints");
-    const size_t len = std::max<size_t>(t.bytes(), 1);
+    const size_t len = t.mapped_length();
     if (ftruncate(fd, (off_t)len) != 0) {
         close(fd);
         unlink(path.c_str());
@@ -62,7 +62,7 @@ Tensor::~Tensor() { release(); }
 void Tensor::drop_resident() {
     // MADV_DONTNEED on a shared file mapping keeps dirty pages in the page
     // cache, bound for the file: nothing is lost.
-    if (mapped_ && data_) madvise(data_, (size_t)std::max<int64_t>(bytes(), 1), MADV_DONTNEED);
+    if (mapped_ && data_) madvise(data_, mapped_length(), MADV_DONTNEED);
 }
 
 void Tensor::release() {
@@ -107,7 +107,7 @@ void Tensor::zero() {
     // A mapped tensor punches a hole in its file (reads back as zeros)
     // rather than writing zeros through memory: at scale that is tens of
     // GiB written and made resident. File systems without holes: memset.
-    if (mapped_ && data_ && madvise(data_, (size_t)std::max<int64_t>(bytes(), 1), MADV_REMOVE) == 0) return;
+    if (mapped_ && data_ && madvise(data_, mapped_length(), MADV_REMOVE) == 0) return;
     std::memset(data_, 0, bytes());
     drop_resident();
 }

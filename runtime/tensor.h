@@ -4,6 +4,7 @@
 // larger than memory live in a memory-mapped file (Tensor::mapped).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,11 +57,12 @@ public:
 private:
     void check_type(halide_type_t t) const;
     void release();
+    size_t mapped_length() const { return (size_t)std::max<int64_t>(bytes(), 1); }  // mmap needs >= 1 byte
     std::vector<int64_t> dims_;
     int64_t numel_ = 0;
     halide_type_t type_ = halide_type_of<float>();
     void *data_ = nullptr;
-    std::function<void()> free_;  // releases data_ (delete[] or munmap + unlink)
+    std::function<void()> free_;  // releases data_ (delete[] or munmap)
     MemoryLedger *ledger_ = nullptr;
     MemoryLedger::Kind kind_ = MemoryLedger::Kind::Working;
     bool mapped_ = false;
