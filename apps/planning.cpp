@@ -40,6 +40,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     if (opt.estimate) return make_plan(m, req, nullptr);
     const Halide::Target t = Halide::get_jit_target_from_environment();
     LoweredKernelMemory exact(m, Halide::Float(32), [t](const std::vector<Halide::Func> &o) { schedule_cpu(o, t); }, t);
+    exact.set_progress([](const std::string &line) { std::cout << "  " << line << "\n" << std::flush; });
     std::cout << "planning " << m.name << " at " << opt.width << "x" << opt.height
               << " (lowering the kernels of candidate segments to size their allocations)...\n"
               << std::flush;

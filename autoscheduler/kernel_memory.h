@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "Halide.h"
@@ -26,6 +27,9 @@ public:
     int64_t peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) override;
     bool exact() const override { return true; }
     int kernels_lowered() const { return (int)cache_.size(); }
+    // Called after each kernel is lowered (seconds each; a plan may lower
+    // dozens) with a line saying which and how long it took.
+    void set_progress(std::function<void(const std::string &)> progress) { progress_ = std::move(progress); }
 
 private:
     Model model_;
@@ -33,6 +37,7 @@ private:
     ScheduleFn schedule_;
     Halide::Target target_;
     std::map<std::tuple<int, int, int>, std::unique_ptr<LoweredMemory>> cache_;  // (first, last, kind)
+    std::function<void(const std::string &)> progress_;
 };
 
 }  // namespace segtile

@@ -202,6 +202,7 @@ public:
         const Eval ex = evaluate(a, b, tile, true);
         const int64_t an_k = an.plan.kernel_bytes, ex_k = ex.plan.kernel_bytes;
         ratios_[{a, b}] = an_k > 0 ? (double)ex_k / (double)an_k : 1.0;
+        learned(ratios_[{a, b}]);
         best_cache_.clear();
     }
 
@@ -215,6 +216,7 @@ public:
         ratios_.erase({a, b});
         calibrate(a, b, smallest);
         ratios_[{a, b}] = std::max(before, ratios_[{a, b}]);
+        learned(ratios_[{a, b}]);
         best_cache_.clear();
     }
 
@@ -228,6 +230,16 @@ public:
     }
 
 private:
+    // Segments not yet calibrated are scaled by the largest ratio learned so
+    // far. With the analytic model as is (ratio 1, when the lowered kernels
+    // need up to ~2x more) they looked cheaper than the calibrated ones, so
+    // every round picked new ones to lower: ResNet18 at 64^2 lowered kernels
+    // for over 15 minutes without finishing.
+    void learned(double r) {
+        default_ratio_ = any_learned_ ? std::max(default_ratio_, r) : r;
+        any_learned_ = true;
+    }
+
     int64_t head_bytes() {
         SegmentLayout layout = make_segments(m_, {});
         KernelCall c = head_kernel_call(m_, layout, shapes_, req_.width, req_.height);
@@ -251,6 +263,7 @@ private:
     std::map<int, int64_t> trainable_bytes_;  // per layer
     std::map<std::pair<int, int>, double> ratios_;
     double default_ratio_ = 1.0;
+    bool any_learned_ = false;
     std::map<std::tuple<int, int, int64_t, bool>, Eval> best_cache_;
 };
 
