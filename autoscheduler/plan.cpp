@@ -1,5 +1,6 @@
 #include "autoscheduler/plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -106,19 +107,23 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
 
 std::string plan_table(const Plan &p, const Model &m) {
     std::ostringstream o;
-    char line[256];
+    char line[512];
     o << "plan for " << p.model << " at " << p.width << "x" << p.height << ", batch " << p.batch << "; cap "
       << (p.memory_cap > 0 ? format_bytes(p.memory_cap) : std::string("none")) << "\n";
-    std::snprintf(line, sizeof line, "%-3s %-28s %11s %7s %11s %9s %11s %11s %8s\n", "seg", "layers", "tile", "tiles",
-                  "window", "recompute", "forward", "backward", "seconds");
+    // The layers column as wide as its longest entry (ResNet18's names are long).
+    auto layers_of = [&](const SegmentPlan &s) { return m.layers[s.first].name + " .. " + m.layers[s.last].name; };
+    int width = 28;
+    for (const SegmentPlan &s : p.segments) width = std::max(width, (int)layers_of(s).size());
+    std::snprintf(line, sizeof line, "%-3s %-*s %11s %7s %11s %9s %11s %11s %8s\n", "seg", width, "layers", "tile",
+                  "tiles", "window", "recompute", "forward", "backward", "seconds");
     o << line;
     for (size_t k = 0; k < p.segments.size(); k++) {
         const SegmentPlan &s = p.segments[k];
-        const std::string layers = m.layers[s.first].name + " .. " + m.layers[s.last].name;
+        const std::string layers = layers_of(s);
         const std::string tile = s.tile.width > 0 ? std::to_string(s.tile.width) + "x" + std::to_string(s.tile.height)
                                                   : std::string("whole");
         const std::string window = std::to_string(s.window_width) + "x" + std::to_string(s.window_height);
-        std::snprintf(line, sizeof line, "%-3zu %-28s %11s %7lld %11s %9.2f %11s %11s %8.2f%s\n", k, layers.c_str(),
+        std::snprintf(line, sizeof line, "%-3zu %-*s %11s %7lld %11s %9.2f %11s %11s %8.2f%s\n", k, width, layers.c_str(),
                       tile.c_str(), (long long)s.tiles, window.c_str(), s.recompute,
                       format_bytes(s.forward_bytes).c_str(), format_bytes(s.backward_bytes).c_str(), s.seconds,
                       s.exact ? "" : "  (kernel memory estimated)");
