@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 #include <thread>
 
 #include "autoscheduler/cpu_schedule.h"
@@ -12,6 +13,7 @@
 #include "autoscheduler/planner.h"
 #include "generators/jit_kernel.h"
 #include "runtime/executor.h"
+
 #include "generators/kernels.h"
 #include "runtime/optimizer.h"
 
@@ -131,6 +133,24 @@ TEST(Planner, CapBelowSmallestFeasibleNamesIt) {
         const Plan p = make_plan(m, request(512, 512, e.smallest_feasible_cap), nullptr);
         EXPECT_LE(p.peak_bytes, e.smallest_feasible_cap);
     }
+}
+
+// Planning reports each kernel it lowers (seconds each, dozens for deep
+// models), once: a second plan reuses the lowered kernels silently.
+TEST(Planner, ReportsEachLoweredKernelOnce) {
+    Model m = load_model("tiny_cnn");
+    LoweredKernelMemory exact = cpu_memory(m);
+    std::vector<std::string> lines;
+    exact.set_progress([&](const std::string &line) { lines.push_back(line); });
+    const Plan free = make_plan(m, request(256, 256, 0), &exact);
+    make_plan(m, request(256, 256, free.fixed_bytes + (free.peak_bytes - free.fixed_bytes) / 2), &exact);
+    const size_t after_two = lines.size();
+    ASSERT_GT(after_two, 0u);
+    EXPECT_EQ((int)after_two, exact.kernels_lowered());
+    EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()).size(), after_two);
+    for (const auto &l : lines) EXPECT_NE(l.find("kernel of layers"), std::string::npos) << l;
+    make_plan(m, request(256, 256, 0), &exact);
+    EXPECT_EQ(lines.size(), after_two) << "a kernel lowered again";
 }
 
 TEST(Planner, PlanRoundTripsThroughJson) {
