@@ -14,8 +14,10 @@ int64_t LoweredKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, 
     const auto [first, last] = kernel_layers(model_, layout, kind, segment);
     const auto key = std::make_tuple(first, last, (int)kind);
     auto it = cache_.find(key);
-    const std::string what = std::string(kind == KernelKind::Forward ? "forward" : kind == KernelKind::Backward ? "backward" : "head") +
-                             " kernel of layers " + model_.layers[first].name + ".." + model_.layers[last].name;
+    auto what = [&] {  // only for messages: peak() runs in the planner's inner loop
+        return std::string(kind == KernelKind::Forward ? "forward" : kind == KernelKind::Backward ? "backward" : "head") +
+               " kernel of layers " + model_.layers[first].name + ".." + model_.layers[last].name;
+    };
     if (it == cache_.end()) {
         const auto start = std::chrono::steady_clock::now();
         KernelPipeline kp = kernel_pipeline(model_, layout, kind, segment, type_);
@@ -26,13 +28,13 @@ int64_t LoweredKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, 
             std::snprintf(line, sizeof line, " (%.1f s; %d kernels so far)",
                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                           (int)cache_.size());
-            progress_("lowered the " + what + line);
+            progress_("lowered the " + what() + line);
         }
     }
     int unknown = 0;
     const int64_t bytes = it->second->peak(call, &unknown);
     if (unknown > 0)
-        throw std::runtime_error("kernel memory: " + std::to_string(unknown) + " allocations of the " + what +
+        throw std::runtime_error("kernel memory: " + std::to_string(unknown) + " allocations of the " + what() +
                                  " have sizes the planner cannot evaluate");
     return bytes;
 }
