@@ -13,7 +13,6 @@
 #include "autoscheduler/planner.h"
 #include "generators/jit_kernel.h"
 #include "runtime/executor.h"
-
 #include "generators/kernels.h"
 #include "runtime/optimizer.h"
 
