@@ -29,7 +29,8 @@ public:
     int kernels_lowered() const { return (int)cache_.size(); }
     // Called after each kernel is lowered (seconds each; a plan may lower
     // dozens) with a line saying which and how long it took.
-    void set_progress(std::function<void(const std::string &)> progress) { progress_ = std::move(progress); }
+    using Progress = std::function<void(const std::string &)>;
+    void set_progress(Progress progress) { progress_ = std::move(progress); }
 
 private:
     Model model_;
@@ -37,7 +38,7 @@ private:
     ScheduleFn schedule_;
     Halide::Target target_;
     std::map<std::tuple<int, int, int>, std::unique_ptr<LoweredMemory>> cache_;  // (first, last, kind)
-    std::function<void(const std::string &)> progress_;
+    Progress progress_;
 };
 
 }  // namespace segtile
