@@ -11,6 +11,7 @@
 
 #include "autoscheduler/calibrate.h"
 #include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/gpu_schedule.h"
 #include "io/atomic_file.h"
 
 #include "generators/jit_kernel.h"
@@ -67,7 +68,7 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
     key << model_text << '|' << p.width << 'x' << p.height << '|' << p.memory_cap << '|' << p.checkpoint_cap << '|'
         << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path()) << '|'
         << (threads ? threads : std::to_string(std::thread::hardware_concurrency())) << "|schedule "
-        << kCpuScheduleVersion;
+        << kCpuScheduleVersion << (p.target == "cuda" ? "|cuda" : "");
     std::ostringstream name;
     name << dir << "/" << m.name << "-" << p.width << "x" << p.height << "-" << std::hex
          << std::hash<std::string>{}(key.str()) << ".json";
@@ -86,6 +87,21 @@ std::pair<int, int> parse_size(const std::string &s, const std::string &what) {
 ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, ExecutionOptions opt,
                              MemoryLedger *ledger, std::ostream &log)
     : model_(m), model_arg_(model_arg), opt_(std::move(opt)), ledger_(ledger), log_(log) {
+    if (device()) {
+        // Before any planning or compiling: Halide initialises CUDA (loads
+        // the driver, finds a GPU) or says it cannot.
+        bool usable = false;
+        try {
+            usable = Halide::host_supports_target_device(segtile_cuda_target(Halide::get_jit_target_from_environment()));
+        } catch (const Halide::Error &) {
+            usable = false;
+        }
+        if (!usable)
+            throw std::invalid_argument(
+                "--target cuda: no usable CUDA device here (Halide could not load the NVIDIA driver or find a GPU); "
+                "drop --target cuda to train on the CPU, or run on a machine with an NVIDIA GPU and its driver "
+                "(`segtile plan --target cuda` plans for one without it)");
+    }
     if (!opt_.plan_file.empty()) file_plan_ = read_plan_file(opt_.plan_file, model_);
     if (!opt_.tile.empty()) {
         parse_size(opt_.tile, "--tile");
@@ -101,6 +117,11 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
 }
 
 std::string ExecutorCache::describe() const {
+    if (device()) return describe_host() + ", on the GPU (CUDA)";
+    return describe_host();
+}
+
+std::string ExecutorCache::describe_host() const {
     if (opt_.untiled()) return "untiled";
     if (!opt_.plan_file.empty()) return "plan file " + opt_.plan_file;
     if (!opt_.tile.empty()) return "cuts '" + opt_.cuts + "', tile " + opt_.tile;
@@ -116,24 +137,27 @@ std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> 
     auto it = kernels_.find(cuts);
     if (it != kernels_.end()) return it->second;
     auto k = std::make_shared<ModelKernels>();
-    const bool tiny = model_.name == "tiny_cnn";
+    const bool tiny = model_.name == "tiny_cnn" && !device();  // its linked libraries are CPU ones
+    const Schedule schedule = device() ? Schedule::Gpu : Schedule::Cpu;
+    const char *where = device() ? " for CUDA" : "";
     if (!cuts.empty() && cuts[0] == kUntiled) {
         const SegmentLayout layout = untiled_layout(model_);
         if (tiny) {
             k->head = std::make_unique<AotKernel>(kernel_signature(model_, layout, KernelKind::Head, 0),
                                                   tiny_cnn_step_argv, tiny_cnn_step_metadata, ledger_);
         } else {
-            log_ << "JIT-compiling the untiled training step of " << model_.name << "...\n" << std::flush;
-            k->head = std::make_unique<JitKernel>(model_, layout, KernelKind::Head, 0, Halide::Float(32), ledger_);
+            log_ << "JIT-compiling the untiled training step of " << model_.name << where << "...\n" << std::flush;
+            k->head = std::make_unique<JitKernel>(model_, layout, KernelKind::Head, 0, Halide::Float(32), ledger_,
+                                                  std::set<std::string>{}, schedule);
         }
     } else if (tiny && cuts == parse_cuts(model_, tiny_cnn_tiled_cuts())) {
         *k = tiny_cnn_tiled_kernels(model_, ledger_);
     } else {
         const SegmentLayout layout = make_segments(model_, cuts);
-        log_ << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name
+        log_ << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name << where
              << " for these cuts (a minute or two for a small model)...\n"
              << std::flush;
-        *k = jit_model_kernels(model_, layout, Halide::Float(32), ledger_);
+        *k = jit_model_kernels(model_, layout, Halide::Float(32), ledger_, schedule);
     }
     kernels_[cuts] = k;
     return k;
@@ -166,6 +190,7 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
             p.memory_cap = opt_.memory_cap;
             p.optimizer = opt_.optimizer;
             p.estimate = opt_.estimate;
+            p.target = opt_.target;
             const std::string cached = plan_cache_path(model_, model_arg_, p);
             std::optional<Plan> plan;
             if (!cached.empty() && std::filesystem::exists(cached)) {
@@ -199,6 +224,13 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
     auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share(kernels_for(cuts)), tiles, ledger_,
                                                     halide_type_of<float>(), opt_.checkpoint_dir);
     exec->set_trace(trace_);
+    // On a GPU the planned cap is the device's, and the executor enforces it.
+    if (device()) {
+        int64_t cap = 0;
+        if (plans_.count(key)) cap = plans_.at(key).memory_cap;
+        else if (file_plan_ && file_plan_->device) cap = file_plan_->memory_cap;
+        exec->set_device(true, cap);
+    }
     return *(executors_[key] = std::move(exec));
 }
 

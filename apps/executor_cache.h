@@ -26,6 +26,7 @@ struct ExecutionOptions {
     bool estimate = false;       // plan with the analytic kernel-memory estimate only
     std::string optimizer = "adam";
     int batch = 1;
+    std::string target = "cpu";  // "cuda": GPU kernels, memory_cap caps device memory
     bool untiled() const { return memory_cap == "none" && plan_file.empty() && tile.empty(); }
 };
 
@@ -41,13 +42,15 @@ public:
 
     // Plans made so far, by size (untiled and hand-given runs have none).
     const std::map<std::pair<int64_t, int64_t>, Plan> &plans() const { return plans_; }
-    // "untiled", "planned for 256MiB", "plan file p.json", "cuts pool1 tile 16x16"
+    // "untiled", "planned for 256MiB", "plan file p.json", "cuts pool1 tile 16x16"; ", on the GPU (CUDA)"
     std::string describe() const;
     // Every executor (present and future) reports to `hook` (empty: none).
     void set_trace(ExecutorTraceHook hook);
 
 private:
     std::shared_ptr<ModelKernels> kernels_for(const std::vector<int> &cuts);
+    bool device() const { return opt_.target == "cuda"; }
+    std::string describe_host() const;
 
     Model model_;
     std::string model_arg_;

@@ -7,6 +7,7 @@
 
 #include "autoscheduler/calibrate.h"
 #include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/gpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "runtime/memory_ledger.h"
 
@@ -24,6 +25,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
         throw ModelError(std::string("--memory-cap / --checkpoint-cap: ") + e.what());
     }
     req.optimizer_copies = opt.optimizer == "adam" ? 2 : 1;
+    req.device = opt.target == "cuda";
     const char *threads = std::getenv("HL_NUM_THREADS");
     req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
     // The time model's rates: measured on this machine once, then reused.
@@ -38,8 +40,16 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
         std::cout << "time model: default rates (run `segtile plan --calibrate` once to measure this machine's)\n";
     }
     if (opt.estimate) return make_plan(m, req, nullptr);
-    const Halide::Target t = Halide::get_jit_target_from_environment();
-    LoweredKernelMemory exact(m, Halide::Float(32), [t](const std::vector<Halide::Func> &o) { schedule_cpu(o, t); }, t);
+    const Halide::Target host = Halide::get_jit_target_from_environment();
+    // The kernels as they will run: CPU-scheduled for the host, or
+    // GPU-scheduled for CUDA (lowering needs no GPU).
+    const Halide::Target t = req.device ? segtile_cuda_target(host) : host;
+    LoweredKernelMemory exact(m, Halide::Float(32),
+                              [t, device = req.device](const std::vector<Halide::Func> &o) {
+                                  if (device) schedule_gpu(o, t);
+                                  else schedule_cpu(o, t);
+                              },
+                              t);
     exact.set_progress([](const std::string &line) { std::cout << "  " << line << "\n" << std::flush; });
     std::cout << "planning " << m.name << " at " << opt.width << "x" << opt.height
               << " (lowering the kernels of candidate segments to size their allocations)...\n"

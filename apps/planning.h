@@ -17,6 +17,7 @@ struct PlanOptions {
     std::string optimizer = "adam";
     bool estimate = false;       // the analytic kernel memory only (no lowering)
     bool calibrate = false;      // measure this machine's rates first (and save them)
+    std::string target = "cpu";  // "cuda": memory_cap caps device memory; kernels lowered with the GPU schedule
 };
 
 // Plans (printing what it does: lowering kernels takes seconds per segment).

@@ -50,6 +50,10 @@ public:
         c->add_option("--checkpoint-dir", o_.execution.checkpoint_dir,
                       "keep checkpoints in memory-mapped files in this directory");
         c->add_flag("--estimate", o_.execution.estimate, "plan with the analytic kernel-memory estimate (no lowering)");
+        c->add_option("--target", o_.execution.target,
+                      "cpu, or cuda: kernels on an NVIDIA GPU; --memory-cap then caps device memory")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"cpu", "cuda"}));
         c->add_option("--run", o_.run, "run folder (default: runs/<model>-<date>-<time>)");
         c->add_option("--resume", resume_, "continue the run in this folder from its last saved epoch");
         c->add_option("--trace", o_.trace, "write a Chrome trace (Perfetto) of the first step to this file");

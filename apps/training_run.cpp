@@ -70,12 +70,14 @@ void config_fields(O &o, F &&f) {
 json to_json(const TrainOptions &o) {
     json j = json::object();
     config_fields(o, [&](const char *key, const auto &v) { j[key] = v; });
+    j["target"] = o.execution.target;
     return j;
 }
 
 TrainOptions from_json(const json &j) {
     TrainOptions o;
     config_fields(o, [&](const char *key, auto &v) { j.at(key).get_to(v); });
+    o.execution.target = j.value("target", "cpu");  // runs from before --target: CPU
     o.execution.optimizer = o.optimizer.kind;
     o.execution.batch = o.batch;
     return o;
@@ -194,6 +196,7 @@ struct EpochLog {
     int epoch = 0;  // 1-based
     double loss = 0, accuracy = 0, images_per_second = 0, seconds = 0, lr = 0;
     int64_t peak_working = 0, high_water_mark = 0, peak_checkpoint = 0;
+    int64_t peak_device = 0;  // --target cuda; absent from logs of CPU runs
 };
 
 template <class E, class F>
@@ -212,12 +215,14 @@ void epoch_fields(E &e, F &&f) {
 json to_json(const EpochLog &e) {
     json j = json::object();
     epoch_fields(e, [&](const char *key, const auto &v) { j[key] = v; });
+    if (e.peak_device > 0) j["peak_device_memory_bytes"] = e.peak_device;
     return j;
 }
 
 EpochLog epoch_from_json(const json &j) {
     EpochLog e;
     epoch_fields(e, [&](const char *key, auto &v) { j.at(key).get_to(v); });
+    e.peak_device = j.value("peak_device_memory_bytes", (int64_t)0);
     return e;
 }
 
@@ -427,6 +432,7 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
         e.lr = lr;
         e.peak_working = ledger.peak();
         e.peak_checkpoint = ledger.peak(MemoryLedger::Kind::Checkpoint);
+        e.peak_device = ledger.peak(MemoryLedger::Kind::Device);
         e.high_water_mark = process_high_water_mark();
         state.epochs.push_back(e);
         char line[320];
@@ -436,7 +442,9 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                       e.epoch, o.epochs, e.loss, 100 * e.accuracy, e.images_per_second, e.seconds,
                       format_bytes(e.peak_working).c_str(), format_bytes(e.peak_checkpoint).c_str(),
                       format_bytes(e.high_water_mark).c_str());
-        log << line << std::flush;
+        log << line;
+        if (o.execution.target == "cuda") log << "  peak device memory " << format_bytes(e.peak_device) << "\n";
+        log << std::flush;
         write_run_folder(dir, o, m, params, opt, state.epochs, cache);
         run_here++;
     }

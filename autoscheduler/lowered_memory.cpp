@@ -81,8 +81,8 @@ private:
 // Walks the lowered body in program order, tracking live heap bytes.
 class PeakWalker : public IRVisitor {
 public:
-    PeakWalker(const KernelCall &c, const std::map<std::string, Halide::Internal::LoweredFunc> &functions)
-        : call_(c), functions_(functions), bind_(c, env_) {
+    PeakWalker(const KernelCall &c, const std::map<std::string, Halide::Internal::LoweredFunc> &functions, bool device)
+        : call_(c), functions_(functions), bind_(c, env_), device_(device) {
         for (const auto &[name, value] : c.scalars) env_[name] = value;
         for (const auto &[name, dims] : c.buffers)
             for (size_t d = 0; d < dims.size(); d++) {
@@ -101,6 +101,8 @@ private:
     std::map<std::string, int64_t> env_;  // names with known values (declared before bind_, which reads it)
     BindBuffers bind_;
     std::map<std::string, int64_t> sizes_;  // live heap allocations
+    bool device_;        // count device buffers: Allocates outside GPU loops
+    int gpu_depth_ = 0;  // inside GPU loops: registers and shared memory, not device heap
 
     std::optional<int64_t> eval(const Expr &e) {
         Expr v = simplify(bind_.mutate(e));
@@ -126,6 +128,12 @@ private:
     void visit(const LetStmt *op) override { scoped(op->name, op->value, op->body); }
 
     void visit(const For *op) override {
+        if (is_gpu(op->for_type)) {  // device code: its allocations are not buffers
+            gpu_depth_++;
+            IRVisitor::visit(op);
+            gpu_depth_--;
+            return;
+        }
         op->min.accept(this);
         op->extent.accept(this);
         const auto extent = eval(op->extent);
@@ -231,7 +239,8 @@ private:
             if (!v) known = false;
             else bytes *= std::max<int64_t>(*v, 0);
         }
-        const bool heap = goes_to_heap(op, known ? std::optional<int64_t>(bytes) : std::nullopt);
+        const bool heap = device_ ? gpu_depth_ == 0 && op->memory_type != Halide::MemoryType::Register
+                                  : goes_to_heap(op, known ? std::optional<int64_t>(bytes) : std::nullopt);
         if (heap && !known) {
             unknown++;
             if (std::getenv("SEGTILE_LOWERED_DEBUG"))
@@ -259,6 +268,18 @@ private:
     }
 };
 
+// Keeps the Stmt Halide runs custom passes on (after the last
+// simplification, before GPU offload); changes nothing.
+class CaptureStmt : public IRMutator {
+public:
+    Stmt captured;
+    using IRMutator::mutate;
+    Stmt mutate(const Stmt &s) override {
+        captured = s;
+        return s;
+    }
+};
+
 class CountHeap : public IRVisitor {
 public:
     int count = 0;
@@ -275,14 +296,25 @@ private:
 }  // namespace
 
 LoweredMemory::LoweredMemory(const std::vector<Halide::Func> &outputs, const std::vector<Halide::Argument> &args,
-                             const Halide::Target &target) {
+                             const Halide::Target &target)
+    : device_(target.has_gpu_feature()) {
+    CaptureStmt capture;
     Halide::Module mod = [&] {
         try {
-            return Halide::Pipeline(outputs).compile_to_module(args, "lowered_memory", target);
+            Halide::Pipeline p(outputs);
+            if (device_) p.add_custom_lowering_pass(&capture, [] {});
+            Halide::Module m = p.compile_to_module(args, "lowered_memory", target);
+            p.clear_custom_lowering_passes();
+            return m;
         } catch (const Halide::Error &e) {
             throw std::runtime_error(std::string("Halide: ") + e.what());
         }
     }();
+    if (device_) {
+        body_ = capture.captured;
+        if (!body_.defined()) throw std::runtime_error("LoweredMemory: no Stmt captured for the GPU pipeline");
+        return;
+    }
     for (const auto &f : mod.functions()) {
         if (f.name == "lowered_memory") body_ = f.body;
         else functions_.emplace(f.name, f);
@@ -295,7 +327,7 @@ LoweredMemory::LoweredMemory(const std::vector<Halide::Func> &outputs, const std
 }
 
 int64_t LoweredMemory::peak(const KernelCall &call, int *unknown) const {
-    PeakWalker w(call, functions_);
+    PeakWalker w(call, functions_, device_);
     body_.accept(&w);
     if (unknown) *unknown = w.unknown;
     return w.peak;

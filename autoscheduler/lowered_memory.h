@@ -19,12 +19,15 @@ namespace segtile {
 
 class LoweredMemory {
 public:
-    // Lowers `outputs` (already scheduled) for `target`.
+    // Lowers `outputs` (already scheduled) for `target`. For a GPU target
+    // the memory is the device's: the buffers allocated outside GPU kernels
+    // (the GPU schedule computes every Func at root on the device), read
+    // from the Stmt before Halide offloads the GPU loops.
     LoweredMemory(const std::vector<Halide::Func> &outputs, const std::vector<Halide::Argument> &args,
                   const Halide::Target &target);
 
-    // Peak of simultaneously live heap allocations (halide_malloc) of one
-    // call, in bytes. Allocations whose size cannot be evaluated from the
+    // Peak of simultaneously live heap allocations (halide_malloc; for a
+    // GPU target, device allocations) of one call, in bytes. Allocations whose size cannot be evaluated from the
     // call's values count as `unknown` (reported, never silently zero).
     int64_t peak(const KernelCall &call, int *unknown = nullptr) const;
 
@@ -35,6 +38,7 @@ private:
     Halide::Internal::Stmt body_;
     std::map<std::string, Halide::Internal::LoweredFunc> functions_;  // parallel loop bodies
     int heap_allocations_ = 0;
+    bool device_ = false;
 };
 
 }  // namespace segtile

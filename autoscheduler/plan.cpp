@@ -30,6 +30,7 @@ std::string plan_to_json(const Plan &p) {
     j["model"] = p.model;
     j["image"] = {{"width", p.width}, {"height", p.height}, {"batch", p.batch}};
     j["caps"] = {{"working_bytes", p.memory_cap}, {"checkpoint_bytes", p.checkpoint_cap}};
+    j["target"] = p.device ? "cuda" : "cpu";
     j["cuts"] = p.cut_names;
     j["segments"] = json::array();
     for (const auto &s : p.segments)
@@ -64,6 +65,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
         p.batch = j.at("image").value("batch", 1);
         p.memory_cap = j.at("caps").value("working_bytes", (int64_t)0);
         p.checkpoint_cap = j.at("caps").value("checkpoint_bytes", (int64_t)0);
+        p.device = j.value("target", "cpu") == "cuda";
         for (const auto &n : j.at("cuts")) {
             const std::string name = n.get<std::string>();
             const int l = m.find_layer(name);
@@ -109,7 +111,8 @@ std::string plan_table(const Plan &p, const Model &m) {
     std::ostringstream o;
     char line[512];
     o << "plan for " << p.model << " at " << p.width << "x" << p.height << ", batch " << p.batch << "; cap "
-      << (p.memory_cap > 0 ? format_bytes(p.memory_cap) : std::string("none")) << "\n";
+      << (p.memory_cap > 0 ? format_bytes(p.memory_cap) : std::string("none"))
+      << (p.device ? " of device memory (CUDA)" : "") << "\n";
     // The layers column as wide as its longest entry (ResNet18's names are long).
     auto layers_of = [&](const SegmentPlan &s) { return m.layers[s.first].name + " .. " + m.layers[s.last].name; };
     int width = 28;
@@ -130,9 +133,14 @@ std::string plan_table(const Plan &p, const Model &m) {
         o << line;
     }
     o << "cuts: " << (p.cut_names.empty() ? std::string("none") : p.cuts_string()) << "\n";
-    o << "predicted peak working memory " << format_bytes(p.peak_bytes) << " (parameters, gradients, optimizer "
-      << format_bytes(p.fixed_bytes) << "; head " << format_bytes(p.head_bytes) << "); checkpoint store "
-      << format_bytes(p.checkpoint_bytes) << "\n";
+    if (p.device)
+        o << "predicted peak device memory " << format_bytes(p.peak_bytes) << " (head " << format_bytes(p.head_bytes)
+          << "); parameters, optimizer state and the checkpoint store (" << format_bytes(p.checkpoint_bytes)
+          << ") on the host\n";
+    else
+        o << "predicted peak working memory " << format_bytes(p.peak_bytes) << " (parameters, gradients, optimizer "
+          << format_bytes(p.fixed_bytes) << "; head " << format_bytes(p.head_bytes) << "); checkpoint store "
+          << format_bytes(p.checkpoint_bytes) << "\n";
     std::snprintf(line, sizeof line, "predicted %.3g GFLOP per step (recompute x%.2f), %.2f s per step\n",
                   p.flops / 1e9, p.recompute, p.seconds);
     o << line;

@@ -51,10 +51,12 @@ public:
         : m_(m), req_(req), exact_(exact), analytic_(m, req.type_bytes), shapes_(m.shapes(req.width, req.height)),
           whole_(whole_boxes(m, shapes_, req.width, req.height)), end_(trunk_end(m)) {
         for (const auto &p : m.params()) {
-            fixed_ += p.numel() * req.type_bytes * (p.trainable ? 2 + req.optimizer_copies : 1);
+            // On a GPU only the running segment's parameters are on the device.
+            if (req.device) param_bytes_[p.layer] += p.numel() * req.type_bytes;
+            else fixed_ += p.numel() * req.type_bytes * (p.trainable ? 2 + req.optimizer_copies : 1);
             if (p.trainable) trainable_bytes_[p.layer] += p.numel() * req.type_bytes;
         }
-        fixed_ += req.runtime_reserve;
+        if (!req.device) fixed_ += req.runtime_reserve;
         head_ = head_bytes();
     }
 
@@ -101,11 +103,7 @@ public:
                     w = c;
                 }
             }
-        int64_t partials = 0, grad_windows = 0, window_bytes = 0;
-        for (int l = seg.first; l <= seg.last; l++) {
-            auto it = trainable_bytes_.find(l);
-            if (it != trainable_bytes_.end()) partials += it->second;
-        }
+        int64_t partials = layer_sum(trainable_bytes_, seg.first, seg.last), grad_windows = 0, window_bytes = 0;
         for (int t : seg.inputs) {
             const int64_t bytes = box_pixels(*w.need[t]) * channels_of(m_, t) * req_.type_bytes;
             grad_windows += bytes;
@@ -122,6 +120,14 @@ public:
         e.plan.window_height = w.need[primary_input]->y.hi - w.need[primary_input]->y.lo + 1;
         e.plan.forward_bytes = fk;
         e.plan.backward_bytes = partials + grad_windows + bk;
+        if (req_.device) {
+            // Halide copies every input of a call to the device and allocates
+            // its outputs there: the segment's parameters, the input windows,
+            // the output (forward) or output-gradient (backward) tiles.
+            const int64_t params = layer_sum(param_bytes_, seg.first, seg.last);
+            e.plan.forward_bytes += params + window_bytes + out_bytes;
+            e.plan.backward_bytes += params + window_bytes + out_bytes;
+        }
         e.plan.kernel_bytes = bk;
         e.plan.exact = use_exact && exact_ && exact_->exact();
         e.bytes = std::max(e.plan.forward_bytes, e.plan.backward_bytes);
@@ -249,7 +255,22 @@ private:
         for (const auto &[layer, bytes] : trainable_bytes_)
             if (layer > end_) partials += bytes;
         const TensorShape &ps = shapes_[m_.loss.input_id];
-        return km.peak(layout, KernelKind::Head, 0, c) + partials + ps.width * ps.height * ps.channels * req_.type_bytes;
+        int64_t device = 0;  // on a GPU: the head's parameters, its inputs and their gradients
+        if (req_.device) {
+            device = layer_sum(param_bytes_, end_ + 1, (int)m_.layers.size() - 1);
+            for (int t : layout.head_inputs)
+                device += 2 * (t == (int)m_.layers.size() ? image_grad_bytes() : stored_bytes(m_, shapes_, t, req_.type_bytes));
+            if (m_.loss.kind == LossKind::MeanSquaredError)  // the dense target, the prediction's shape
+                device += ps.width * ps.height * ps.channels * req_.type_bytes;
+        }
+        return km.peak(layout, KernelKind::Head, 0, c) + partials + ps.width * ps.height * ps.channels * req_.type_bytes +
+               device;
+    }
+
+    static int64_t layer_sum(const std::map<int, int64_t> &per_layer, int first, int last) {
+        int64_t b = 0;
+        for (auto it = per_layer.lower_bound(first); it != per_layer.end() && it->first <= last; ++it) b += it->second;
+        return b;
     }
 
     const Model &m_;
@@ -261,6 +282,7 @@ private:
     int end_;
     int64_t fixed_ = 0, head_ = 0;
     std::map<int, int64_t> trainable_bytes_;  // per layer
+    std::map<int, int64_t> param_bytes_;      // per layer, every parameter (device plans only)
     std::map<std::pair<int, int>, double> ratios_;
     double default_ratio_ = 1.0;
     bool any_learned_ = false;
@@ -326,6 +348,7 @@ Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c)
     p.batch = req.batch;
     p.memory_cap = req.memory_cap;
     p.checkpoint_cap = req.checkpoint_cap;
+    p.device = req.device;
     p.fixed_bytes = s.fixed();
     p.head_bytes = s.head();
     int64_t worst = s.head();
@@ -507,14 +530,16 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     auto fail = [&](const std::string &why) -> PlanError {
         const int64_t smallest = cap_for(s, smallest_fitting().bytes);
         return PlanError("no plan for " + m.name + " at " + std::to_string(req.width) + "x" +
-                             std::to_string(req.height) + " fits a working-memory cap of " +
+                             std::to_string(req.height) + " fits a " + (req.device ? "device" : "working") +
+                             "-memory cap of " +
                              format_bytes(req.memory_cap) + " (" + why + "); the smallest feasible cap found is " +
                              format_bytes(smallest) + ": raise --memory-cap to at least that",
                          smallest);
     };
     if (req.memory_cap > 0 && (budget <= 0 || s.head() > budget))
-        throw fail("parameters, gradients and optimizer state take " + format_bytes(s.fixed()) +
-                   ", the untiled head " + format_bytes(s.head()));
+        throw fail(req.device ? "the untiled head takes " + format_bytes(s.head()) + " on the device"
+                              : "parameters, gradients and optimizer state take " + format_bytes(s.fixed()) +
+                                    ", the untiled head " + format_bytes(s.head()));
 
     Choice c;
     if (!req.allowed_cuts.empty()) {

@@ -50,6 +50,12 @@ struct PlanRequest {
     int64_t width = 0, height = 0;
     int batch = 1;               // images run one at a time; only the time scales
     int64_t memory_cap = 0;      // working memory, bytes; 0: no cap (fewest cuts, largest tiles)
+    // The kernels run on a GPU and memory_cap caps device memory: what one
+    // kernel call holds there (its segment's parameters, its input and
+    // output windows, gradients and intermediates; runtime/device_memory.h
+    // counts it). Parameters, optimizer state and checkpoints stay on the
+    // host, outside the cap. KernelMemory then gives device allocations.
+    bool device = false;
     int64_t checkpoint_cap = 0;  // checkpoint store, bytes; 0: no cap
     int type_bytes = 4;          // float32
     int optimizer_copies = 2;    // optimizer state per trainable parameter (Adam 2, SGD with momentum 1)

@@ -4,6 +4,7 @@
 #include "autoscheduler/gpu_schedule.h"
 #include "generators/kernel_pipeline.h"
 #include "generators/kernels.h"
+#include "runtime/device_memory.h"
 
 namespace segtile {
 
@@ -30,6 +31,13 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
     sig_ = kp.signature;
     const std::vector<Halide::Func> &out_funcs = kp.outputs;
     const std::vector<Halide::Argument> &args = kp.args;
+    if (schedule == Schedule::Gpu) {
+        // The JIT's CUDA runtime finds the driver's allocator through these
+        // handlers: the counting one charges device memory to the ledger.
+        Halide::JITHandlers h = Halide::Internal::JITSharedRuntime::set_default_handlers({});
+        h.custom_get_library_symbol = &device_counting_get_library_symbol;
+        Halide::Internal::JITSharedRuntime::set_default_handlers(h);
+    }
     try {
         const Halide::Target jit = Halide::get_jit_target_from_environment();
         if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, jit);

@@ -3,6 +3,7 @@
 #include <deque>
 #include <stdexcept>
 
+#include "runtime/device_memory.h"
 #include "spec/kernel_call.h"
 #include "spec/kernel_signature.h"
 #include "spec/region_map.h"
@@ -160,22 +161,37 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
             grad_windows.reserve(seg.inputs.size());
             ArgList args;
             for (const auto &[name, v] : tile_scalars(model_, win, width_, height_)) args.scalar(name, (int32_t)v);
-            auto crop = [&](const Buffer &b, const Box<int64_t> &r) {
-                return b.cropped({{(int)r.x.lo, (int)(r.x.hi - r.x.lo + 1)}, {(int)r.y.lo, (int)(r.y.hi - r.y.lo + 1)}});
+            // On the device, each window of a checkpoint goes through a dense
+            // host copy: a cropped view keeps its checkpoint's strides, and
+            // Halide gives a buffer its whole span (size_in_bytes) on the
+            // device, all but the whole checkpoint for a window with channels.
+            std::deque<Tensor> staging;
+            std::vector<std::pair<Buffer, Buffer>> copy_back;  // (dense, window) of outputs
+            auto crop = [&](const Buffer &b, const Box<int64_t> &r, bool output) {
+                Buffer w = b.cropped({{(int)r.x.lo, (int)(r.x.hi - r.x.lo + 1)}, {(int)r.y.lo, (int)(r.y.hi - r.y.lo + 1)}});
+                if (!device_) return w;
+                std::vector<int64_t> dims;
+                for (int d = 0; d < w.dimensions(); d++) dims.push_back(w.dim(d).extent());
+                staging.emplace_back(dims, ledger_, MemoryLedger::Kind::Working, type_);
+                Buffer dense = staging.back().view();
+                dense.translate({(int)r.x.lo, (int)r.y.lo});
+                if (output) copy_back.emplace_back(dense, w);
+                else dense.copy_from(w);
+                return dense;
             };
             for (const auto &[o, box] : targets) {
                 const std::string name = tensor_name(model_, o);
                 if (!backward) {
-                    views.push_back(crop(values_[o].view(), box));
+                    views.push_back(crop(values_[o].view(), box, true));
                     args.buffer("out_" + name, views.back().raw_buffer());
                 } else {
-                    views.push_back(crop(grads_[o].view(), box));
+                    views.push_back(crop(grads_[o].view(), box, false));
                     args.buffer("grad_out_" + name, views.back().raw_buffer());
                 }
             }
             for (int t : seg.inputs) {
                 const Box<int64_t> &w = *need[t];
-                views.push_back(crop(t == L ? image_ : values_[t].view(), w));
+                views.push_back(crop(t == L ? image_ : values_[t].view(), w, false));
                 args.buffer("in_" + tensor_name(model_, t), views.back().raw_buffer());
                 if (backward) {
                     const int64_t channels = t == L ? model_.input_channels : shapes_[t].channels;
@@ -205,8 +221,10 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
                 }
             }
             const clock::time_point kernel_start = clock::now();
-            kernel.call(args.build(kernel.signature()));
+            call_kernel(kernel, args.build(kernel.signature()),
+                        std::string(backward ? "backward" : "forward") + " kernel of segment " + std::to_string(s));
             if (device_) sync_to_host(views);
+            for (auto &[dense, window] : copy_back) window.copy_from(dense);
             tiles_run_++;
             const std::string tile = "tile " + std::to_string(tx) + "," + std::to_string(ty);
             if (trace_) report(std::string(backward ? "backward" : "forward") + " kernel, segment " + std::to_string(s),
@@ -270,13 +288,34 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
             args.buffer("grad_" + c_identifier(specs[p].name), views.back().raw_buffer());
         }
     }
-    kernel.call(args.build(kernel.signature()));
+    call_kernel(kernel, args.build(kernel.signature()), "head");
     if (device_) sync_to_host(views);
     loss = type_ == halide_type_of<double>() ? loss_storage : (double)*reinterpret_cast<float *>(&loss_storage);
     if (trace_) report("head and loss", "head", head_start);
     for (size_t p = 0; p < specs.size(); p++)
         if (specs[p].layer >= layout_.head_first && specs[p].layer <= model_.loss.input_id && specs[p].trainable)
             add_scaled(params.grads[p], partials[p], 1.0);
+}
+
+// A kernel call. On the device its allocations (the copies of its inputs,
+// which for parameters outlive it, its outputs and intermediates) are
+// charged to the ledger; a call refused memory past the cap fails with the
+// figures to change it.
+void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &args, const std::string &what) {
+    if (!device_) return kernel.call(args);
+    DeviceMemoryScope scope(ledger_, device_cap_);
+    try {
+        kernel.call(args);
+    } catch (const std::runtime_error &e) {
+        if (scope.refused_bytes() == 0) throw;
+        device_params_.clear();
+        throw DeviceMemoryError("the " + what + " needs more device memory than the cap of " +
+                                format_bytes(device_cap_) + " allows (it asked for " +
+                                format_bytes(scope.refused_bytes()) + " more with " +
+                                format_bytes(scope.held_when_refused()) +
+                                " held): give a larger --memory-cap, or smaller tiles (`segtile plan --target cuda` "
+                                "names the smallest feasible cap)");
+    }
 }
 
 Buffer SegmentedExecutor::image_view(const Tensor &images, int n) const { return batch_item(images.view(), n); }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,15 @@ public:
     void forward(const Tensor &images, int n, ParamStore &params);
 
     // The kernels run on a GPU (CUDA libraries, segtile_add_model(... TARGET
-    // cuda)): after each call its outputs are copied back to the host and
-    // its device buffers freed; parameters stay on the device per segment.
-    void set_device(bool on) { device_ = on; }
+    // cuda), or JIT kernels with the GPU schedule): after each call its
+    // outputs are copied back to the host and its device buffers freed;
+    // parameters stay on the device per segment. Every device allocation is
+    // charged to the ledger (Kind::Device) and, with `device_cap` > 0, one
+    // that would take it past the cap fails the step with DeviceMemoryError.
+    void set_device(bool on, int64_t device_cap = 0) {
+        device_ = on;
+        device_cap_ = device_cap;
+    }
     // Reports every segment, tile and kernel call to `hook` (empty: none).
     void set_trace(ExecutorTraceHook hook) { trace_ = std::move(hook); }
 
@@ -87,10 +94,18 @@ private:
     Halide::Runtime::Buffer<> image_;     // the current image, (W, H, C, 1)
     int64_t tiles_run_ = 0;
     bool device_ = false;
+    int64_t device_cap_ = 0;
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
     ExecutorTraceHook trace_;
     void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,
                 std::vector<std::pair<std::string, int64_t>> args = {}) const;
+    void call_kernel(Kernel &kernel, const std::vector<void *> &args, const std::string &what);
+};
+
+// A kernel call on the device was refused memory past the device cap.
+class DeviceMemoryError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
 };
 
 }  // namespace segtile

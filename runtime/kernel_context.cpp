@@ -1,6 +1,7 @@
 #include "runtime/kernel_context.h"
 
 #include "HalideRuntime.h"
+#include "runtime/device_memory.h"
 
 namespace segtile {
 
@@ -26,6 +27,7 @@ void KernelContext::install_halide_hooks() {
     halide_set_custom_malloc(&ledger_malloc);
     halide_set_custom_free(&ledger_free);
     halide_set_error_handler(&record_error);
+    install_device_memory_hooks();
 }
 
 }  // namespace segtile

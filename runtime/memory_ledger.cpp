@@ -6,6 +6,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "runtime/device_memory.h"
+
 
 namespace segtile {
 
@@ -19,8 +21,11 @@ void MemoryLedger::Counter::add(int64_t b) {
 void MemoryLedger::allocated(size_t bytes, Kind k) { counter(k).add((int64_t)bytes); }
 void MemoryLedger::freed(size_t bytes, Kind k) { counter(k).add(-(int64_t)bytes); }
 
+MemoryLedger::~MemoryLedger() { detach_device_allocations(this); }
+
 void MemoryLedger::reset_peaks() {
     working_.peak = working_.current.load();
+    device_.peak = device_.current.load();
     checkpoint_.peak = checkpoint_.current.load();
     data_.peak = data_.current.load();
     halide_.peak = halide_.current.load();

@@ -15,8 +15,16 @@ class MemoryLedger {
 public:
     // Categories reported separately: the checkpoint store is not working memory.
     // Data: the input batch (images, their gradients, predictions), which
-    // the caller holds whatever the plan.
-    enum class Kind { Working, Checkpoint, Data };
+    // the caller holds whatever the plan. Device: memory on a GPU, allocated
+    // by Halide's CUDA runtime (runtime/device_memory.h).
+    enum class Kind { Working, Checkpoint, Data, Device };
+
+    MemoryLedger() = default;
+    MemoryLedger(const MemoryLedger &) = delete;
+    MemoryLedger &operator=(const MemoryLedger &) = delete;
+    // Device allocations still recorded against this ledger stop being
+    // attributed to it (they may outlive it in Halide's allocation cache).
+    ~MemoryLedger();
 
     void allocated(size_t bytes, Kind k = Kind::Working);
     void freed(size_t bytes, Kind k = Kind::Working);
@@ -41,11 +49,13 @@ private:
         std::atomic<int64_t> current{0}, peak{0};
         void add(int64_t b);
     };
-    Counter &counter(Kind k) { return k == Kind::Working ? working_ : k == Kind::Checkpoint ? checkpoint_ : data_; }
-    const Counter &counter(Kind k) const {
-        return k == Kind::Working ? working_ : k == Kind::Checkpoint ? checkpoint_ : data_;
+    Counter &counter(Kind k) {
+        return k == Kind::Working ? working_ : k == Kind::Checkpoint ? checkpoint_ : k == Kind::Data ? data_ : device_;
     }
-    Counter working_, checkpoint_, data_, halide_;
+    const Counter &counter(Kind k) const {
+        return k == Kind::Working ? working_ : k == Kind::Checkpoint ? checkpoint_ : k == Kind::Data ? data_ : device_;
+    }
+    Counter working_, checkpoint_, data_, device_, halide_;
 };
 
 // The process's resident-set high-water mark (VmHWM), in bytes.

@@ -79,7 +79,8 @@ for size in $SIZES; do
   case $size in 4096) limit=60 ;; 8192) limit=120 ;; *) limit=240 ;; esac
   for model in vgg16 darknet19; do
     run_sampled "segtile_${model}_${size}" "$limit" \
-      "$bundle/bin/segtile_gpu_check" "$model" "$size" "$TILE_PX" "$out/segtile_${model}_${size}.json"
+      "$bundle/bin/segtile_gpu_check" "$model" "$size" "$TILE_PX" "$out/segtile_${model}_${size}.json" \
+      $((CAP_GIB * 1024 * 1024 * 1024))
   done
 done
 

@@ -293,6 +293,26 @@ TEST_F(BadInputTest, MemoryCapBelowTheSmallestFeasibleGivesExitCode3AndTheCap) {
     EXPECT_THAT(plan.err, HasSubstr("smallest feasible"));
 }
 
+TEST_F(BadInputTest, CudaTargetWithoutAGpuSaysSoBeforeAnythingIsWritten) {
+    if (fs::exists("/dev/nvidiactl")) GTEST_SKIP() << "a GPU is here: --target cuda trains";
+    dataset();
+    expect_refused("--memory-cap 1MiB --target cuda", {"--target cuda", "no usable CUDA device", "drop --target cuda"});
+}
+
+TEST_F(ProgramTest, PlanForAGpuCapsDeviceMemory) {
+    // Planning for CUDA needs no GPU; the table and the plan file say so.
+    Result r = segtile("plan --model tiny_cnn --size 256x256 --memory-cap 2MiB --target cuda --estimate --json p.json");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("of device memory (CUDA)"));
+    EXPECT_THAT(r.out, HasSubstr("predicted peak device memory"));
+    const auto plan = nlohmann::json::parse(slurp(dir.file("p.json")));
+    EXPECT_EQ(plan.at("target"), "cuda");
+    EXPECT_LE(plan.at("predicted").at("peak_working_bytes").get<int64_t>(), 2 << 20);
+    Result tight = segtile("plan --model tiny_cnn --size 256x256 --memory-cap 1KiB --target cuda --estimate");
+    EXPECT_EQ(tight.status, 3);
+    EXPECT_THAT(tight.err, HasSubstr("smallest feasible"));
+}
+
 TEST_F(BadInputTest, WeightsOfAnotherModelAreRefusedNamingTheTensor) {
     dataset();
     ASSERT_EQ(segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 1 --run A").status, 0);

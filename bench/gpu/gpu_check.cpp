@@ -3,7 +3,7 @@
 // and carried to a machine with a GPU but no Halide: it links only the AOT
 // libraries and the segtile runtime.
 //
-//   segtile_gpu_check <model> <image size> <tile px> <out.json>
+//   segtile_gpu_check <model> <image size> <tile px> <out.json> [<device cap bytes>]
 //
 // <model> is vgg16 or darknet19 (their CUDA libraries: models/CMakeLists.txt;
 // darknet19 only in a build with SEGTILE_CUDA_ALL_MODELS);
@@ -11,8 +11,10 @@
 // image pixels, the same image region for every segment (each segment's
 // output tile is that divided by the segment's downsampling). Writes one JSON
 // object: the step's seconds (after a small warm-up step that loads the CUDA
-// modules), tiles run, the host memory it used. Device memory is measured
-// from outside (nvidia-smi) by the script.
+// modules), tiles run, the host memory it used, and the device memory the
+// ledger counted (every cuMemAlloc of Halide's runtime, runtime/device_memory.h);
+// with a cap, the executor refuses device memory past it and the run fails
+// with the figures. The script also samples nvidia-smi from outside.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,11 +63,11 @@ std::vector<TileSize> tiles_for(const Model &m, const SegmentLayout &layout, int
     return t;
 }
 
-double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_px, MemoryLedger &ledger,
+double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_px, int64_t cap, MemoryLedger &ledger,
                 int64_t &tiles_run, double &loss) {
     SegmentLayout layout = make_segments(m, parse_cuts(m, lib.cuts()));
     SegmentedExecutor exec(m, layout, lib.kernels(m, &ledger), tiles_for(m, layout, size, tile_px), &ledger);
-    exec.set_device(true);
+    exec.set_device(true, cap);
     ParamStore params(m, &ledger);
     params.init_pytorch_default(1);
     Tensor images({size, size, m.input_channels, 1}, &ledger, MemoryLedger::Kind::Checkpoint);
@@ -84,8 +86,9 @@ double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_p
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        std::fprintf(stderr, "usage: %s vgg16|darknet19 <image size> <tile px> <out.json>\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        std::fprintf(stderr, "usage: %s vgg16|darknet19 <image size> <tile px> <out.json> [<device cap bytes>]\n",
+                     argv[0]);
         return 2;
     }
     if (!libraries().count(argv[1])) {
@@ -96,6 +99,7 @@ int main(int argc, char **argv) {
     }
     const std::string model = argv[1];
     const int64_t size = std::stoll(argv[2]), tile_px = std::stoll(argv[3]);
+    const int64_t cap = argc == 6 ? std::stoll(argv[5]) : 0;
     std::ofstream out(argv[4]);
     // Each tile allocates and frees the same device buffers: let the CUDA
     // runtime keep freed blocks for the next tile instead of cuMemFree and
@@ -107,16 +111,17 @@ int main(int argc, char **argv) {
         MemoryLedger warm_ledger;
         int64_t warm_tiles = 0;
         double warm_loss = 0;
-        const double warm = run_step(m, lib, 64, 64, warm_ledger, warm_tiles, warm_loss);
+        const double warm = run_step(m, lib, 64, 64, 0, warm_ledger, warm_tiles, warm_loss);
         MemoryLedger ledger;
         int64_t tiles = 0;
         double loss = 0;
-        const double seconds = run_step(m, lib, size, tile_px, ledger, tiles, loss);
+        const double seconds = run_step(m, lib, size, tile_px, cap, ledger, tiles, loss);
         out << "{\"tool\": \"segtile\", \"model\": \"" << model << "\", \"size\": " << size << ", \"tile_px\": " << tile_px
             << ", \"cuts\": \"" << lib.cuts() << "\", \"status\": \"ok\", \"seconds\": " << seconds
             << ", \"warmup_seconds\": " << warm << ", \"loss\": " << loss << ", \"tiles\": " << tiles
             << ", \"host_checkpoint_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Checkpoint)
             << ", \"host_working_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Working)
+            << ", \"device_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Device) << ", \"device_cap_bytes\": " << cap
             << ", \"process_hwm_bytes\": " << process_high_water_mark() << "}\n";
         std::printf("%s %lld^2 tile %lld: %.2f s, %lld tiles, loss %g\n", model.c_str(), (long long)size,
                     (long long)tile_px, seconds, (long long)tiles, loss);

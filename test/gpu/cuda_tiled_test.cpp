@@ -136,3 +136,31 @@ TEST(CudaLibraries, Vgg16TiledOnTheGpuEqualsOneTile) {
     ParamStore names(m, nullptr);
     expect_same_step(tiled, whole, names, 1e-4);
 }
+
+TEST(CudaLibraries, DeviceMemoryIsCountedAndCapped) {
+    if (!segtile::testing::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_cuda_cuts()));
+    const Tensor images = random_images({61, 45, 1, 1}, 5);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    const std::vector<TileSize> tiles{{9, 7}, {4, 6}, {3, 3}};
+    auto step = [&](int64_t cap, MemoryLedger &ledger) {
+        SegmentedExecutor exec(m, layout, tiny_cnn_cuda_kernels(m, &ledger), tiles, &ledger);
+        exec.set_device(true, cap);
+        ParamStore params(m, &ledger);
+        params.init_pytorch_default(3);
+        return exec.step(images, labels, params);
+    };
+    MemoryLedger free_ledger;
+    step(0, free_ledger);
+    const int64_t used = free_ledger.peak(MemoryLedger::Kind::Device);
+    EXPECT_GT(used, 0) << "the CUDA runtime's allocations reach the ledger";
+    EXPECT_EQ(free_ledger.current(MemoryLedger::Kind::Device), 0) << "every tile's device buffers are freed";
+    MemoryLedger capped;
+    EXPECT_NO_THROW(step(used, capped)) << "exactly the uncapped peak fits";
+    EXPECT_LE(capped.peak(MemoryLedger::Kind::Device), used);
+    MemoryLedger tight;
+    EXPECT_THROW(step(used / 4, tight), DeviceMemoryError);
+    EXPECT_LE(tight.peak(MemoryLedger::Kind::Device), used / 4);
+}

@@ -1,0 +1,68 @@
+// Device (CUDA) memory in the ledger, and the device-memory cap.
+//
+// Halide's CUDA runtime allocates with the driver's cuMemAlloc and frees with
+// cuMemFree, which carry no user context. It finds both through
+// halide_get_library_symbol, which a program may replace
+// (halide_set_custom_get_library_symbol; the JIT's JITHandlers too): segtile
+// hands it counting versions. Each device allocation is charged to the
+// ledger of the DeviceMemoryScope active on the allocating thread, and one
+// that would take the scope's ledger past its cap fails as out of memory
+// (Halide's runtime then frees its cached blocks and tries once more, then
+// reports CUDA_ERROR_OUT_OF_MEMORY). A free is charged to the ledger that
+// paid for the allocation, whichever thread or scope frees it.
+//
+// The driver and its allocations are process-wide, so the table of live
+// device allocations is too: the one piece of process state in the runtime.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/memory_ledger.h"
+
+namespace segtile {
+
+// While alive, device allocations made on this thread are charged to
+// `ledger` (Kind::Device) and refused past `cap` bytes (0: no cap). Scopes
+// nest; the innermost counts.
+class DeviceMemoryScope {
+public:
+    DeviceMemoryScope(MemoryLedger *ledger, int64_t cap);
+    ~DeviceMemoryScope();
+    DeviceMemoryScope(const DeviceMemoryScope &) = delete;
+    DeviceMemoryScope &operator=(const DeviceMemoryScope &) = delete;
+
+    MemoryLedger *ledger() const { return ledger_; }
+    int64_t cap() const { return cap_; }
+    // The largest allocation refused for the cap (0: none), and what the
+    // ledger held then: for the error message.
+    int64_t refused_bytes() const { return refused_bytes_; }
+    int64_t held_when_refused() const { return held_when_refused_; }
+    void note_refused(int64_t bytes, int64_t held);
+
+private:
+    MemoryLedger *ledger_;
+    int64_t cap_;
+    int64_t refused_bytes_ = 0, held_when_refused_ = 0;
+    const DeviceMemoryScope *outer_;
+};
+
+// Installs the counting cuMemAlloc/cuMemFree in the Halide runtime linked
+// into this process (AOT kernels). Idempotent; KernelContext's hooks call it.
+void install_device_memory_hooks();
+
+// halide_get_library_symbol with the counting versions of cuMemAlloc_v2 and
+// cuMemFree_v2 (dlsym for every other name, and to find the real ones).
+// What install_device_memory_hooks installs; JIT kernels install it in
+// their JITHandlers.
+void *device_counting_get_library_symbol(void *lib, const char *name);
+
+// Allocations recorded against `ledger` are no longer charged to it
+// (MemoryLedger's destructor).
+void detach_device_allocations(const MemoryLedger *ledger);
+
+// Device bytes allocated through the counting cuMemAlloc and not yet freed,
+// whatever ledger they are charged to.
+int64_t device_bytes_live();
+
+}  // namespace segtile

@@ -1,0 +1,132 @@
+// Planning for a GPU without one: the device memory of a CUDA kernel read
+// off its lowered code (the Stmt before GPU offload), and plans whose cap is
+// device memory (`segtile plan --target cuda`).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "autoscheduler/gpu_schedule.h"
+#include "autoscheduler/kernel_memory.h"
+#include "autoscheduler/lowered_memory.h"
+#include "autoscheduler/planner.h"
+#include "runtime/memory_ledger.h"
+
+using namespace segtile;
+
+namespace {
+
+const Halide::Target kCuda("x86-64-linux-cuda-cuda_capability_86");
+
+LoweredKernelMemory device_memory(const Model &m) {
+    return LoweredKernelMemory(m, Halide::Float(32), [](const std::vector<Halide::Func> &o) { schedule_gpu(o, kCuda); },
+                               kCuda);
+}
+
+PlanRequest device_request(int64_t w, int64_t h, int64_t cap) {
+    PlanRequest r;
+    r.width = w;
+    r.height = h;
+    r.memory_cap = cap;
+    r.device = true;
+    r.threads = (int)std::thread::hardware_concurrency();
+    return r;
+}
+
+}  // namespace
+
+TEST(DeviceMemoryModel, BuffersOfAGpuPipelineAreItsDeviceAllocations) {
+    Halide::Param<int32_t> n("n");
+    Halide::ImageParam in(Halide::Float(32), 1, "in");
+    Halide::Var x("x"), xo("xo"), xi("xi");
+    Halide::Func a("a"), b("b"), out("out");
+    a(x) = in(x) * 2;
+    b(x) = a(x) + a(x + 1) + n;
+    out(x) = b(x) + b(x + 2);
+    for (Halide::Func *f : {&a, &b}) f->compute_root().gpu_tile(x, xo, xi, 64, Halide::TailStrategy::GuardWithIf);
+    out.gpu_tile(x, xo, xi, 64, Halide::TailStrategy::GuardWithIf);
+    LoweredMemory mem({out}, {n, in}, kCuda);
+    KernelCall c;
+    c.scalars["n"] = 1;
+    c.buffers["in"] = {{0, 100003}};
+    c.buffers["out"] = {{0, 100000}};
+    // On the device as on the CPU: b covers out's 100000 + 2, a b's + 1;
+    // both live while b is computed. Nothing inside the kernels counts.
+    EXPECT_EQ(mem.peak(c), (100002 + 100003) * 4);
+    c.buffers["out"] = {{0, 1000}};
+    EXPECT_EQ(mem.peak(c), (1002 + 1003) * 4);
+}
+
+TEST(DevicePlan, FitsTheCapWithOnlyTheRunningSegmentsParameters) {
+    Model m = load_model("tiny_cnn");
+    LoweredKernelMemory exact = device_memory(m);
+    const Plan free = make_plan(m, device_request(96, 96, 0), &exact);
+    EXPECT_TRUE(free.device);
+    EXPECT_EQ(free.fixed_bytes, 0) << "parameters and optimizer state stay on the host";
+    EXPECT_GT(free.peak_bytes, 0);
+    for (double frac : {0.5, 0.25}) {
+        const int64_t cap = (int64_t)(frac * (double)free.peak_bytes);
+        try {
+            const Plan p = make_plan(m, device_request(96, 96, cap), &exact);
+            EXPECT_LE(p.peak_bytes, cap) << plan_table(p, m);
+            EXPECT_TRUE(p.device);
+            for (const auto &s : p.segments) EXPECT_TRUE(s.exact) << "device memory from the lowered CUDA kernels";
+        } catch (const PlanError &e) {
+            // Below the smallest feasible: that one must be larger and plan.
+            EXPECT_GT(e.smallest_feasible_cap, cap);
+            const Plan p = make_plan(m, device_request(96, 96, e.smallest_feasible_cap), &exact);
+            EXPECT_LE(p.peak_bytes, e.smallest_feasible_cap);
+        }
+    }
+    // The host plan of the same cap counts every parameter, gradient and
+    // optimizer state in working memory: a different model, not this one.
+    PlanRequest host = device_request(96, 96, 0);
+    host.device = false;
+    const Plan h = make_plan(m, host, nullptr);
+    EXPECT_FALSE(h.device);
+    EXPECT_GT(h.fixed_bytes, 0);
+}
+
+TEST(DevicePlan, PerCallDeviceMemoryDoesNotGrowWithTheImage) {
+    // The device holds one tile's buffers: the same tiles on a 4x larger
+    // image need the same device memory (checkpoints stay on the host).
+    Model m = load_model("tiny_cnn");
+    LoweredKernelMemory exact = device_memory(m);
+    const std::vector<int> cuts = parse_cuts(m, "pool1,pool2");
+    const std::vector<TileSize> tiles{{8, 8}, {4, 4}, {2, 2}};
+    const Plan small = evaluate_plan(m, device_request(128, 128, 0), cuts, tiles, &exact);
+    const Plan large = evaluate_plan(m, device_request(256, 256, 0), cuts, tiles, &exact);
+    ASSERT_EQ(small.segments.size(), large.segments.size());
+    for (size_t s = 0; s < small.segments.size(); s++) {
+        EXPECT_EQ(small.segments[s].forward_bytes, large.segments[s].forward_bytes) << "segment " << s;
+        EXPECT_EQ(small.segments[s].backward_bytes, large.segments[s].backward_bytes) << "segment " << s;
+    }
+    EXPECT_GT(large.checkpoint_bytes, 3 * small.checkpoint_bytes);
+    // And it grows with the tile.
+    const Plan bigger = evaluate_plan(m, device_request(256, 256, 0), cuts, {{16, 16}, {8, 8}, {4, 4}}, &exact);
+    EXPECT_GT(bigger.segments[0].backward_bytes, large.segments[0].backward_bytes);
+}
+
+TEST(DevicePlan, CapBelowSmallestFeasibleNamesIt) {
+    Model m = load_model("tiny_cnn");
+    LoweredKernelMemory exact = device_memory(m);
+    try {
+        make_plan(m, device_request(64, 64, 1024), &exact);
+        FAIL() << "1 KiB of device memory cannot hold a conv layer's weights";
+    } catch (const PlanError &e) {
+        EXPECT_GT(e.smallest_feasible_cap, 1024);
+        EXPECT_NE(std::string(e.what()).find(format_bytes(e.smallest_feasible_cap)), std::string::npos) << e.what();
+        const Plan p = make_plan(m, device_request(64, 64, e.smallest_feasible_cap), &exact);
+        EXPECT_LE(p.peak_bytes, e.smallest_feasible_cap);
+    }
+}
+
+TEST(DevicePlan, RoundTripsThroughJsonAsACudaPlan) {
+    Model m = load_model("tiny_cnn");
+    const Plan p = make_plan(m, device_request(64, 64, 0), nullptr);
+    const std::string text = plan_to_json(p);
+    EXPECT_NE(text.find("\"target\": \"cuda\""), std::string::npos) << text;
+    const Plan q = plan_from_json(text, m, "test");
+    EXPECT_TRUE(q.device);
+    EXPECT_EQ(q.peak_bytes, p.peak_bytes);
+    EXPECT_NE(plan_table(q, m).find("device memory"), std::string::npos) << plan_table(q, m);
+}
