@@ -5,8 +5,7 @@
 //
 //   segtile_gpu_check <model> <image size> <tile px> <out.json> [<device cap bytes>]
 //
-// <model> is vgg16 or darknet19 (their CUDA libraries: models/CMakeLists.txt;
-// darknet19 only in a build with SEGTILE_CUDA_ALL_MODELS);
+// <model> is vgg16 or darknet19 (their CUDA libraries: models/CMakeLists.txt);
 // the image is square, random (seed 1), label 1; <tile px> is the tile side in
 // image pixels, the same image region for every segment (each segment's
 // output tile is that divided by the segment's downsampling). Writes one JSON
@@ -25,10 +24,8 @@
 #include <string>
 
 #include "runtime/executor.h"
-#include "vgg16_cuda.h"
-#ifdef SEGTILE_GPU_CHECK_DARKNET19
 #include "darknet19_cuda.h"
-#endif
+#include "vgg16_cuda.h"
 
 using namespace segtile;
 
@@ -44,9 +41,7 @@ struct Library {
 const std::map<std::string, Library> &libraries() {
     static const std::map<std::string, Library> libs {
         {"vgg16", {vgg16_cuda_kernels, vgg16_cuda_cuts}},
-#ifdef SEGTILE_GPU_CHECK_DARKNET19
-            {"darknet19", {darknet19_cuda_kernels, darknet19_cuda_cuts}},
-#endif
+        {"darknet19", {darknet19_cuda_kernels, darknet19_cuda_cuts}},
     };
     return libs;
 }
@@ -94,7 +89,7 @@ int main(int argc, char **argv) {
     if (!libraries().count(argv[1])) {
         std::ofstream(argv[4]) << "{\"tool\": \"segtile\", \"model\": \"" << argv[1]
                                << "\", \"status\": \"not built\"}\n";
-        std::fprintf(stderr, "%s: no CUDA library in this build (darknet19: -DSEGTILE_CUDA_ALL_MODELS=ON)\n", argv[1]);
+        std::fprintf(stderr, "%s: no CUDA library of this model in segtile_gpu_check (vgg16, darknet19)\n", argv[1]);
         return 2;
     }
     const std::string model = argv[1];
