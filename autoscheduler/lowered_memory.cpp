@@ -268,18 +268,6 @@ private:
     }
 };
 
-// Keeps the Stmt Halide runs custom passes on (after the last
-// simplification, before GPU offload); changes nothing.
-class CaptureStmt : public IRMutator {
-public:
-    Stmt captured;
-    using IRMutator::mutate;
-    Stmt mutate(const Stmt &s) override {
-        captured = s;
-        return s;
-    }
-};
-
 class CountHeap : public IRVisitor {
 public:
     int count = 0;

@@ -17,6 +17,19 @@
 
 namespace segtile {
 
+// Keeps the Stmt Halide runs custom lowering passes on (after the last
+// simplification, before GPU offload: For loops still say gpu_block /
+// gpu_thread and every buffer is an Allocate); changes nothing.
+class CaptureStmt : public Halide::Internal::IRMutator {
+public:
+    Halide::Internal::Stmt captured;
+    using IRMutator::mutate;
+    Halide::Internal::Stmt mutate(const Halide::Internal::Stmt &s) override {
+        captured = s;
+        return s;
+    }
+};
+
 class LoweredMemory {
 public:
     // Lowers `outputs` (already scheduled) for `target`. For a GPU target

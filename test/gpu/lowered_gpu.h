@@ -17,19 +17,10 @@
 #include <vector>
 
 #include "Halide.h"
+#include "autoscheduler/lowered_memory.h"
 
 namespace segtile::testing {
 
-// Keeps a copy of the Stmt it is run on; changes nothing.
-class CaptureStmt : public Halide::Internal::IRMutator {
-public:
-    Halide::Internal::Stmt captured;
-    using IRMutator::mutate;
-    Halide::Internal::Stmt mutate(const Halide::Internal::Stmt &s) override {
-        captured = s;
-        return s;
-    }
-};
 
 // Lowers the scheduled `outputs` for `target` (PTX included) and returns the
 // Stmt before GPU offload.
