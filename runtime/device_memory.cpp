@@ -21,7 +21,7 @@ using MemAllocFn = CUresult (*)(CUdeviceptr *, size_t);
 using MemFreeFn = CUresult (*)(CUdeviceptr);
 
 struct Allocation {
-    const MemoryLedger *ledger;  // null: charged to none (its ledger is gone, or there was no scope)
+    MemoryLedger *ledger;  // null: charged to none (its ledger is gone, or there was no scope)
     size_t bytes;
 };
 
@@ -39,18 +39,18 @@ DeviceTable &table() {
     return t;
 }
 
-thread_local const DeviceMemoryScope *current_scope = nullptr;
+thread_local DeviceMemoryScope *current_scope = nullptr;
 
 CUresult counted_mem_alloc(CUdeviceptr *ptr, size_t bytes) {
     DeviceTable &t = table();
     const MemAllocFn real = t.real_alloc.load();
     if (!real) return kCudaOutOfMemory;  // cannot happen: handed out only after the real one was found
-    const DeviceMemoryScope *scope = current_scope;
+    DeviceMemoryScope *scope = current_scope;
     MemoryLedger *ledger = scope ? scope->ledger() : nullptr;
     if (scope && ledger && scope->cap() > 0) {
         const int64_t held = ledger->current(MemoryLedger::Kind::Device);
         if (held + (int64_t)bytes > scope->cap()) {
-            const_cast<DeviceMemoryScope *>(scope)->note_refused((int64_t)bytes, held);
+            scope->note_refused((int64_t)bytes, held);
             return kCudaOutOfMemory;
         }
     }
@@ -69,8 +69,7 @@ CUresult counted_mem_free(CUdeviceptr ptr) {
         std::lock_guard<std::mutex> lock(t.mutex);
         auto it = t.live.find(ptr);
         if (it != t.live.end()) {
-            if (it->second.ledger)
-                const_cast<MemoryLedger *>(it->second.ledger)->freed(it->second.bytes, MemoryLedger::Kind::Device);
+            if (it->second.ledger) it->second.ledger->freed(it->second.bytes, MemoryLedger::Kind::Device);
             t.live_bytes -= (int64_t)it->second.bytes;
             t.live.erase(it);
         }

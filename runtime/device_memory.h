@@ -44,7 +44,7 @@ private:
     MemoryLedger *ledger_;
     int64_t cap_;
     int64_t refused_bytes_ = 0, held_when_refused_ = 0;
-    const DeviceMemoryScope *outer_;
+    DeviceMemoryScope *outer_;
 };
 
 // Installs the counting cuMemAlloc/cuMemFree in the Halide runtime linked

@@ -221,8 +221,7 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
                 }
             }
             const clock::time_point kernel_start = clock::now();
-            call_kernel(kernel, args.build(kernel.signature()),
-                        std::string(backward ? "backward" : "forward") + " kernel of segment " + std::to_string(s));
+            call_kernel(kernel, args.build(kernel.signature()), backward ? "backward" : "forward", s);
             if (device_) sync_to_host(views);
             for (auto &[dense, window] : copy_back) window.copy_from(dense);
             tiles_run_++;
@@ -288,7 +287,7 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
             args.buffer("grad_" + c_identifier(specs[p].name), views.back().raw_buffer());
         }
     }
-    call_kernel(kernel, args.build(kernel.signature()), "head");
+    call_kernel(kernel, args.build(kernel.signature()), "head", -1);
     if (device_) sync_to_host(views);
     loss = type_ == halide_type_of<double>() ? loss_storage : (double)*reinterpret_cast<float *>(&loss_storage);
     if (trace_) report("head and loss", "head", head_start);
@@ -300,8 +299,8 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
 // A kernel call. On the device its allocations (the copies of its inputs,
 // which for parameters outlive it, its outputs and intermediates) are
 // charged to the ledger; a call refused memory past the cap fails with the
-// figures to change it.
-void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &args, const std::string &what) {
+// figures to change it (the text built only then: this runs per tile).
+void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &args, const char *kind, int segment) {
     if (!device_) return kernel.call(args);
     DeviceMemoryScope scope(ledger_, device_cap_);
     try {
@@ -309,6 +308,8 @@ void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &a
     } catch (const std::runtime_error &e) {
         if (scope.refused_bytes() == 0) throw;
         device_params_.clear();
+        const std::string what = segment < 0 ? std::string(kind)
+                                             : std::string(kind) + " kernel of segment " + std::to_string(segment);
         throw DeviceMemoryError("the " + what + " needs more device memory than the cap of " +
                                 format_bytes(device_cap_) + " allows (it asked for " +
                                 format_bytes(scope.refused_bytes()) + " more with " +

@@ -99,7 +99,8 @@ private:
     ExecutorTraceHook trace_;
     void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,
                 std::vector<std::pair<std::string, int64_t>> args = {}) const;
-    void call_kernel(Kernel &kernel, const std::vector<void *> &args, const std::string &what);
+    // kind: "forward", "backward" (of `segment`) or "head" (segment -1).
+    void call_kernel(Kernel &kernel, const std::vector<void *> &args, const char *kind, int segment);
 };
 
 // A kernel call on the device was refused memory past the device cap.
