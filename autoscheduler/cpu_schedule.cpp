@@ -63,6 +63,17 @@ void vectorise(Stage s, const std::string &vec, int width) {
     s.reorder(order);
 }
 
+// An RVar standing bare at LHS position 0 whose loop Halide knows to be
+// pure (each of its values writes its own element: the adjoints that
+// generators/unclamp_adjoints.h rewrites), or "".
+std::string pure_rvar_at_0(const Stage &s, const std::vector<Expr> &lhs) {
+    const auto *v = lhs.empty() ? nullptr : lhs[0].as<Halide::Internal::Variable>();
+    if (!v || !v->reduction_domain.defined()) return "";
+    for (const auto &d : s.get_schedule().dims())
+        if (d.var == v->name && d.dim_type == Halide::Internal::DimType::PureRVar) return v->name;
+    return "";
+}
+
 // Fuses pure Vars `par` (innermost first, adjacent in the loop nest as
 // they are by default) into one parallel loop: tile and image extents are
 // unknown here, so take all the outer parallelism there is (rows, channels,
@@ -404,12 +415,16 @@ void schedule_func(Func f, bool output, const Halide::Target &target) {
         // What is left (or was there): lanes over dimension 0 when the LHS
         // holds it as a pure Var, parallel over the other pure Vars.
         const auto rest = nonempty(safe, 1);
+        const std::string r0 = pure_rvar_at_0(f.update(k), lhs);
         if (!safe.empty() && !safe[0].empty()) vectorise(f.update(k), safe[0], width);
+        else if (!r0.empty())
+            f.update(k).split(RVar(r0), RVar(r0 + "_vo"), RVar(r0 + "_vi"), width, kTail).vectorize(RVar(r0 + "_vi"));
         const std::string fused = parallelise(f.update(k), rest);
         // The rfactor partials per iteration of that parallel loop (one row
         // of a weight gradient), not `width` copies of the whole gradient.
         if (intm.defined() && !fused.empty()) intm.compute_at(f, Var(fused));
-        if (!try_rfactor && (safe.empty() || safe[0].empty()) && rest.empty() && !schedule_scatter(f, k, lhs, width))
+        if (!try_rfactor && r0.empty() && (safe.empty() || safe[0].empty()) && rest.empty() &&
+            !schedule_scatter(f, k, lhs, width))
             f.update(k).unscheduled();
     }
 }

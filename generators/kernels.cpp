@@ -2,6 +2,7 @@
 
 #include "generators/layers/losses.h"
 #include "generators/model_graph.h"
+#include "generators/unclamp_adjoints.h"
 #include "spec/region_map.h"
 
 namespace segtile {
@@ -103,6 +104,9 @@ void add_gradients(const Model &m, const std::vector<KernelArg> &sig, const Buil
         if (!g.defined()) throw ModelError(m.source + ": no gradient reaches '" + a.name + "'");
         out[a.name] = wrap(g, a.dims, a.name);
     }
+    std::vector<Func> outs;
+    for (const auto &[name, f] : out) outs.push_back(f);
+    unclamp_bounded_adjoints(outs);
 }
 
 }  // namespace

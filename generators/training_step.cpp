@@ -4,11 +4,10 @@ namespace segtile {
 
 using Halide::Buffer;
 
-JitTrainingStep::JitTrainingStep(const Model &m, Halide::Type t, Schedule schedule) : model_(m), type_(t) {
-    const SegmentLayout layout = untiled_layout(m);
-    full_ = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, nullptr, std::set<std::string>{}, schedule);
-    loss_only_ = std::make_unique<JitKernel>(m, layout, KernelKind::Head, 0, t, nullptr, std::set<std::string>{"loss"},
-                                             schedule);
+JitTrainingStep::JitTrainingStep(const Model &m, Halide::Type t, Schedule schedule)
+    : model_(m), type_(t), schedule_(schedule) {
+    full_ = std::make_unique<JitKernel>(m, untiled_layout(m), KernelKind::Head, 0, t, nullptr, std::set<std::string>{},
+                                        schedule);
 }
 
 void JitTrainingStep::bind_inputs(ArgList &args, const Buffer<> &image, const Buffer<> &lt,
@@ -50,6 +49,11 @@ JitTrainingStep::Result JitTrainingStep::run(const Buffer<> &image, const Buffer
 }
 
 double JitTrainingStep::loss(const Buffer<> &image, const Buffer<> &lt, const std::vector<Buffer<>> &params) {
+    // Compiled on first use: most callers never ask (a whole model's
+    // forward takes a while to compile).
+    if (!loss_only_)
+        loss_only_ = std::make_unique<JitKernel>(model_, untiled_layout(model_), KernelKind::Head, 0, type_, nullptr,
+                                                 std::set<std::string>{"loss"}, schedule_);
     Buffer<> loss(type_, std::vector<int>{});
     ArgList args;
     bind_inputs(args, image, lt, params);

@@ -35,7 +35,8 @@ private:
                      const std::vector<Halide::Buffer<>> &params);
     Model model_;
     Halide::Type type_;
-    std::unique_ptr<JitKernel> full_, loss_only_;
+    Schedule schedule_;
+    std::unique_ptr<JitKernel> full_, loss_only_;  // loss_only_: built by the first loss()
 };
 
 }  // namespace segtile

@@ -5,6 +5,7 @@
 // forward checkpoints equal the untiled layer outputs tile for tile.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -43,10 +44,11 @@ Tensor to_tensor(const Halide::Buffer<double> &b) {
     return t;
 }
 
-// The untiled value of one layer's output for image n, realized directly
-// from the layer Funcs over the whole image.
-Halide::Buffer<double> untiled_tensor(const Model &m, int tensor, const Halide::Buffer<double> &image, int n,
-                                      const std::vector<Halide::Buffer<>> &params) {
+// The untiled values of layer outputs `tensors` for image n, realized
+// from the layer Funcs over the whole image: one pipeline, one compile.
+std::vector<Halide::Buffer<double>> untiled_tensors(const Model &m, const std::vector<int> &tensors,
+                                                    const Halide::Buffer<double> &image, int n,
+                                                    const std::vector<Halide::Buffer<>> &params) {
     const int L = (int)m.layers.size();
     Halide::Buffer<double> one = image.sliced(3, n).embedded(3, 0);
     Halide::Func src("src");
@@ -57,11 +59,25 @@ Halide::Buffer<double> untiled_tensor(const Model &m, int tensor, const Halide::
         Halide::Buffer<double> b(params[p]);
         pf.emplace_back(Halide::Func(b));
     }
-    auto bounds = whole_image_bounds(m, image.dim(0).extent(), image.dim(1).extent());
-    auto t = build_forward(m, {{L, src}}, pf, bounds, Halide::Float(64), 0, tensor);
-    schedule_reference({t[tensor]});
-    const TensorShape s = m.shapes(image.dim(0).extent(), image.dim(1).extent())[tensor];
-    return t[tensor].realize({(int)s.width, (int)s.height, (int)s.channels, 1});
+    const int W = image.dim(0).extent(), H = image.dim(1).extent();
+    auto bounds = whole_image_bounds(m, W, H);
+    auto t = build_forward(m, {{L, src}}, pf, bounds, Halide::Float(64), 0, *std::max_element(tensors.begin(), tensors.end()));
+    std::vector<Halide::Func> outs;
+    std::vector<Halide::Buffer<double>> bufs;
+    std::vector<Halide::Buffer<>> realization;
+    for (int i : tensors) {
+        // A copy as the output: layers after i read t[i] beyond the region
+        // realized, which an output buffer would have to hold.
+        Halide::Func copy("untiled_" + std::to_string(i));
+        copy(x, y, c, nn) = t[i](x, y, c, nn);
+        outs.push_back(copy);
+        const TensorShape s = m.shapes(W, H)[i];
+        bufs.emplace_back((int)s.width, (int)s.height, (int)s.channels, 1);
+        realization.emplace_back(bufs.back());
+    }
+    schedule_reference(outs);
+    Halide::Pipeline(outs).realize(Halide::Realization(realization));
+    return bufs;
 }
 
 class TiledModels : public ::testing::TestWithParam<Case> {};
@@ -97,9 +113,14 @@ TEST_P(TiledModels, EqualUntiled) {
 
     // Forward: every checkpoint equals the untiled layer output.
     exec.forward(images, c.batch - 1, store);
-    for (int t : layout.checkpoints()) {
-        if (t == (int)m.layers.size()) continue;
-        Halide::Buffer<double> want = untiled_tensor(m, t, image, c.batch - 1, params);
+    std::vector<int> checkpoints;
+    for (int t : layout.checkpoints())
+        if (t != (int)m.layers.size()) checkpoints.push_back(t);
+    auto untiled = checkpoints.empty() ? std::vector<Halide::Buffer<double>>{}
+                                   : untiled_tensors(m, checkpoints, image, c.batch - 1, params);
+    for (size_t k = 0; k < checkpoints.size(); k++) {
+        const int t = checkpoints[k];
+        Halide::Buffer<double> &want = untiled[k];
         const Tensor &got = exec.checkpoint(t);
         ASSERT_EQ(got.numel(), want.number_of_elements()) << m.layers[t].name;
         EXPECT_LE(segtile::testing::rel_diff(const_cast<Tensor &>(got).as<double>(), want.begin(), got.numel()), 1e-13)

@@ -1,0 +1,107 @@
+// generators/unclamp_adjoints.h: autodiff's scatter for a bounded tensor
+// becomes an injective update that vectorises, with gradients equal to
+// the unrewritten ones (float64; only zero additions go, so they differ by
+// no more than the vectorised schedule's rounding), and
+// updates whose dropped writes would not add zero are left alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "autoscheduler/cpu_schedule.h"
+#include "generators/unclamp_adjoints.h"
+
+namespace segtile {
+namespace {
+
+using Halide::Buffer;
+using Halide::Expr;
+using Halide::Func;
+using Halide::Var;
+
+// in(x, y, c) read through g = select(cond, src(clamp(x), clamp(y), c), 0)
+// with the clamps' window [2, 9] x [1, 6]; the loss sums w * g^2 over
+// [-3, 14] x [-2, 10] (and w * g), a region larger than the window, so clamped writes
+// of the scatter collide at its edges.
+struct Pipeline {
+    Func src, loss, grad;
+};
+
+Pipeline bounded_pipeline(const Buffer<double> &in, const Buffer<double> &w, bool exact_condition) {
+    Var x("x"), y("y"), c("c");
+    const int x0 = 2, x1 = 9, y0 = 1, y1 = 6;
+    Pipeline p;
+    const Expr zero = Halide::Internal::make_zero(Halide::Float(64));
+    p.src = Func("src");
+    p.src(x, y, c) = in(x, y, c);
+    // exact_condition: the window itself (model_graph.cpp's bounded());
+    // otherwise a condition that does not imply it (x >= 0 only).
+    Expr inside = exact_condition ? (x >= x0 && x <= x1 && y >= y0 && y <= y1) : (x >= 0);
+    Func g("g");
+    g(x, y, c) = Halide::select(inside, p.src(Halide::clamp(x, x0, x1), Halide::clamp(y, y0, y1), c), zero);
+    Halide::RDom r(-3, 18, -2, 13, 0, 2);
+    p.loss = Func("loss");
+    p.loss() = zero;
+    // Linear in g too: the adjoint of g is nonzero outside the window.
+    const Expr gr = g(r.x, r.y, r.z);
+    p.loss() += w(r.x + 3, r.y + 2, r.z) * gr * (gr + Halide::cast<double>(1));
+    p.grad = Halide::propagate_adjoints(p.loss)(p.src);
+    return p;
+}
+
+Buffer<double> random(std::vector<int> dims, int seed) {
+    Buffer<double> b(dims);
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> nd;
+    b.for_each_value([&](double &v) { v = nd(rng); });
+    return b;
+}
+
+// The scatter's LHS as text, for the checks below.
+std::string scatter_lhs(const Func &grad) {
+    std::ostringstream o;
+    for (const auto &[name, fn] : Halide::Internal::build_environment({grad.function()}))
+        if (name.rfind("src", 0) == 0 && !fn.updates().empty())
+            for (const auto &a : fn.update(0).args()) o << "[" << a << "]";
+    return o.str();
+}
+
+TEST(UnclampAdjoints, BoundedScatterVectorisesWithTheSameGradient) {
+    const Buffer<double> in = random({12, 8, 2}, 1), w = random({18, 13, 2}, 2);
+    Pipeline want = bounded_pipeline(in, w, true);
+    Buffer<double> expected = want.grad.realize({12, 8, 2});
+
+    Pipeline got = bounded_pipeline(in, w, true);
+    EXPECT_NE(scatter_lhs(got.grad).find("max(min("), std::string::npos) << "autodiff's scatter is clamped";
+    EXPECT_EQ(unclamp_bounded_adjoints({got.grad}), 1);
+    EXPECT_EQ(scatter_lhs(got.grad).find("max(min("), std::string::npos) << scatter_lhs(got.grad);
+    // Halide now accepts the RVar over x in vector lanes (it refuses a
+    // race otherwise) and the CPU schedule vectorises it.
+    schedule_cpu({got.grad}, Halide::get_jit_target_from_environment());
+    Buffer<double> result = got.grad.realize({12, 8, 2});
+    int differ = 0;
+    result.for_each_element([&](int x, int y, int c) {
+        differ += std::abs(result(x, y, c) - expected(x, y, c)) > 1e-14 * std::abs(expected(x, y, c));
+    });
+    EXPECT_EQ(differ, 0);
+    // The window's edges got the collided writes: nonzero gradient there.
+    EXPECT_NE(expected(2, 1, 0), 0.0);
+    EXPECT_EQ(expected(0, 0, 0), 0.0);
+}
+
+TEST(UnclampAdjoints, LeavesScattersWhoseDroppedWritesAreNotZero) {
+    const Buffer<double> in = random({12, 8, 2}, 3), w = random({18, 13, 2}, 4);
+    Pipeline want = bounded_pipeline(in, w, false);
+    Buffer<double> expected = want.grad.realize({12, 8, 2});
+    Pipeline got = bounded_pipeline(in, w, false);
+    EXPECT_EQ(unclamp_bounded_adjoints({got.grad}), 0);
+    EXPECT_NE(scatter_lhs(got.grad).find("max(min("), std::string::npos);
+    Buffer<double> result = got.grad.realize({12, 8, 2});
+    // Outside x >= 0 nothing is added; inside, the edges of the window
+    // collect the writes of every clamped point beyond them.
+    EXPECT_DOUBLE_EQ(result(9, 3, 1), expected(9, 3, 1));
+    EXPECT_NE(expected(9, 3, 1), 0.0);
+}
+
+}  // namespace
+}  // namespace segtile
