@@ -62,7 +62,7 @@ bool unclamp(Function &fn, int k) {
     for (size_t i = 0; i < args.size(); i++) {
         const Clamp &c = clamps[i];
         if (!c.r) continue;
-        const Expr r = Variable::make(c.r->type, c.r->name, c.r->reduction_domain);
+        const Expr r(c.r);
         for (size_t j = 0; j < args.size(); j++)
             if (j != i && expr_uses_var(args[j], c.r->name)) return false;
         if (!has_conjunct(conjuncts, c.lo <= r) || !has_conjunct(conjuncts, r <= c.hi)) return false;
@@ -89,10 +89,8 @@ int unclamp_bounded_adjoints(const std::vector<Halide::Func> &outputs) {
     for (const auto &f : outputs)
         if (f.defined()) fs.push_back(f.function());
     int n = 0;
-    for (auto &[name, fn] : build_environment(fs)) {
-        Function f = fn;
-        for (int k = 0; k < (int)f.updates().size(); k++) n += unclamp(f, k) ? 1 : 0;
-    }
+    for (auto &[name, fn] : build_environment(fs))
+        for (int k = 0; k < (int)fn.updates().size(); k++) n += unclamp(fn, k) ? 1 : 0;
     return n;
 }
 

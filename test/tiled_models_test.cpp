@@ -61,6 +61,7 @@ std::vector<Halide::Buffer<double>> untiled_tensors(const Model &m, const std::v
     }
     const int W = image.dim(0).extent(), H = image.dim(1).extent();
     auto bounds = whole_image_bounds(m, W, H);
+    const auto shapes = m.shapes(W, H);
     auto t = build_forward(m, {{L, src}}, pf, bounds, Halide::Float(64), 0, *std::max_element(tensors.begin(), tensors.end()));
     std::vector<Halide::Func> outs;
     std::vector<Halide::Buffer<double>> bufs;
@@ -71,7 +72,7 @@ std::vector<Halide::Buffer<double>> untiled_tensors(const Model &m, const std::v
         Halide::Func copy("untiled_" + std::to_string(i));
         copy(x, y, c, nn) = t[i](x, y, c, nn);
         outs.push_back(copy);
-        const TensorShape s = m.shapes(W, H)[i];
+        const TensorShape &s = shapes[i];
         bufs.emplace_back((int)s.width, (int)s.height, (int)s.channels, 1);
         realization.emplace_back(bufs.back());
     }
