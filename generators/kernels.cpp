@@ -189,7 +189,15 @@ void schedule_reference(const std::vector<Func> &outputs) {
     std::vector<Halide::Internal::Function> fs;
     for (const auto &f : outputs)
         if (f.defined()) fs.push_back(f.function());
-    for (auto &[name, fn] : Halide::Internal::build_environment(fs)) Func(fn).compute_root();
+    for (auto &[name, fn] : Halide::Internal::build_environment(fs)) {
+        Func f(fn);
+        f.compute_root();
+        // Loop partitioning copies each bounded layer's loop body per
+        // boundary region; scalar reference code gains nothing from it and
+        // whole-model steps compile much faster without.
+        f.never_partition_all();
+        for (int u = 0; u < f.num_update_definitions(); u++) f.update(u).never_partition_all();
+    }
 }
 
 }  // namespace segtile
