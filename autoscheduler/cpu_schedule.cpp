@@ -206,25 +206,34 @@ bool has_32_vector_registers(const Halide::Target &t) {
     return t.has_feature(Halide::Target::AVX512) || t.has_feature(Halide::Target::AVX512_Skylake);
 }
 
-// A convolution-shaped Func: a pure definition and one update whose LHS is
-// the Func's own pure Vars in order (x, y, c, ...) and whose reduction is
-// over at least three RVars of constant extent (kernel taps and input
-// channels): a forward conv, or autodiff's gather for a conv's input
-// gradient. Each output point is a short dot product, so it is computed
-// in register blocks as in Halide's apps/conv_layer (below).
-bool conv_shaped(Func f) {
-    if (f.dimensions() < 3 || f.num_update_definitions() != 1) return false;
-    const auto lhs = f.update_args(0);
+// A convolution-shaped update: its LHS is the Func's own pure Vars in
+// order (x, y, c, ...) and its reduction is over at least three RVars of
+// constant extent (kernel taps and input channels): a forward conv, or
+// autodiff's gather for a conv's input gradient. Each output point is a
+// short dot product, so it is computed in register blocks as in Halide's
+// apps/conv_layer (below).
+bool conv_update_shaped(Func f, int k) {
+    const auto lhs = f.update_args(k);
     if ((int)lhs.size() != f.dimensions()) return false;
     for (int i = 0; i < f.dimensions(); i++) {
         const auto *v = lhs[i].as<Halide::Internal::Variable>();
         if (!v || v->name != f.args()[i].name()) return false;
     }
-    const auto rvars = f.update(0).get_schedule().rvars();
+    const auto rvars = f.update(k).get_schedule().rvars();
     if (rvars.size() < 3) return false;
     // Autodiff leaves extents such as (63 - 0) + 1 unsimplified.
     for (const auto &r : rvars)
         if (!Halide::Internal::is_const(Halide::Internal::simplify(r.extent))) return false;
+    return true;
+}
+
+// Every update conv-shaped: one for a conv, one per input phase for a
+// strided conv (generators/layers/convolution.h), all accumulated in the
+// same register block.
+bool conv_shaped(Func f) {
+    if (f.dimensions() < 3 || f.num_update_definitions() < 1) return false;
+    for (int k = 0; k < f.num_update_definitions(); k++)
+        if (!conv_update_shaped(f, k)) return false;
     return true;
 }
 
@@ -268,10 +277,12 @@ void schedule_conv(Func f, const Halide::Target &target) {
     // layers of fewer than 4 channels).
     f.compute_at(block, xo).bound_storage(x, width).bound_storage(y, rows).bound_storage(c, channels);
     f.vectorize(x).unroll(y).unroll(c);
-    std::vector<VarOrRVar> inner{x, c, y};
-    for (const auto &r : f.update(0).get_schedule().rvars()) inner.emplace_back(RVar(r.var));
-    for (int i = 3; i < f.dimensions(); i++) inner.emplace_back(f.args()[i]);
-    f.update(0).reorder(inner).vectorize(x).unroll(c).unroll(y);
+    for (int k = 0; k < f.num_update_definitions(); k++) {
+        std::vector<VarOrRVar> inner{x, c, y};
+        for (const auto &r : f.update(k).get_schedule().rvars()) inner.emplace_back(RVar(r.var));
+        for (int i = 3; i < f.dimensions(); i++) inner.emplace_back(f.args()[i]);
+        f.update(k).reorder(inner).vectorize(x).unroll(c).unroll(y);
+    }
     if (debug()) std::fprintf(stderr, "schedule_cpu: conv blocks %s: %d x %d x %d\n", f.name().c_str(), width, rows, channels);
 }
 
@@ -375,6 +386,58 @@ bool inline_pointwise(Func f, bool output, const Callers &c) {
     return true;
 }
 
+// What f reads if f is a view: f(x, y, ...) = g(s0*x + o0, s1*y + o1, ...),
+// each argument of g f's own Var at the same position times a constant
+// plus a constant (a copy, or a strided conv's phase of its input,
+// generators/layers/convolution.h). Null otherwise.
+const Halide::Internal::Call *view_of(const Halide::Internal::Function &f) {
+    using namespace Halide::Internal;
+    if (f.has_update_definition() || f.outputs() != 1 || f.has_extern_definition()) return nullptr;
+    const auto *call = f.values()[0].as<Call>();
+    if (!call || (call->call_type != Call::Halide && call->call_type != Call::Image) ||
+        call->args.size() != f.args().size())
+        return nullptr;
+    for (size_t i = 0; i < call->args.size(); i++) {
+        const Expr &a = call->args[i];
+        const std::string &v = f.args()[i];
+        // a = o + s*v with o and s constants, s nonzero.
+        const Expr s = simplify(substitute(v, 1, a) - substitute(v, 0, a));
+        if (!is_const(s) || is_const_zero(s) || !is_const(simplify(substitute(v, 0, a)))) return nullptr;
+        if (!can_prove(a == substitute(v, 0, a) + s * Variable::make(Halide::Int(32), v))) return nullptr;
+    }
+    return call;
+}
+
+// A view of a Func that is computed in memory (a buffer, a Func with
+// updates, or one that is neither a view nor inlined): reading that Func
+// in the view's place costs an index computation, so the view is inlined
+// at any number of call sites. Autodiff writes a copy of the adjoint per
+// update of a Func with several (a strided conv's phases), each reading
+// the next; at root each was a pass over memory, and so was each phase
+// of a strided conv's input.
+bool inline_view(Func f, bool output, const std::map<std::string, Halide::Internal::Function> &env,
+                 const std::map<std::string, Callers> &callers) {
+    using Halide::Internal::Call;
+    if (output) return false;
+    const Call *call = view_of(f.function());
+    for (int hops = 0; call && hops < 64; hops++) {
+        if (call->call_type == Call::Image) break;
+        const auto g = env.find(call->name);
+        if (g == env.end()) return false;
+        if (g->second.has_update_definition() || g->second.has_extern_definition()) break;
+        const Call *next = view_of(g->second);
+        if (!next) {
+            const auto c = callers.find(call->name);
+            if (c != callers.end() && c->second.sites == 1 && c->second.pure_callers_only) return false;  // inlined
+            break;
+        }
+        call = next;
+    }
+    if (!call) return false;
+    f.compute_inline();
+    return true;
+}
+
 // `output`: f is a pipeline output, which a wrapper would not replace.
 void schedule_func(Func f, bool output, const Halide::Target &target) {
     if (!output && conv_shaped(f)) {
@@ -410,7 +473,14 @@ void schedule_func(Func f, bool output, const Halide::Target &target) {
         // Var there. A tensor's adjoint (autodiff's gather for a conv
         // input, over taps and channels) vectorises along image x instead.
         const bool param_grad = f.name().rfind("p_", 0) == 0;
-        const bool try_rfactor = !r.empty() && ((!constant && param_grad) || safe.empty() || safe[0].empty());
+        // A constant reduction shorter than a vector (a strided conv's phase
+        // taps, scattered into the weight's adjoint) gains nothing from
+        // lanes, and its partials would be allocated per parallel task.
+        bool short_reduction = false;
+        for (const auto &rv : f.update(k).get_schedule().rvars())
+            if (rv.var == r) short_reduction = Halide::Internal::can_prove(rv.extent < width);
+        const bool try_rfactor =
+            !r.empty() && !short_reduction && ((!constant && param_grad) || safe.empty() || safe[0].empty());
         Func intm = try_rfactor ? rfactor_reduction(f, k, r, width) : Func();
         // What is left (or was there): lanes over dimension 0 when the LHS
         // holds it as a pure Var, parallel over the other pure Vars.
@@ -445,6 +515,7 @@ void schedule_cpu(const std::vector<Func> &outputs, const Halide::Target &target
         const bool output = std::any_of(fs.begin(), fs.end(), [&](const auto &o) { return o.same_as(fn); });
         const auto c = callers.find(name);
         if (c != callers.end() && inline_pointwise(Func(fn), output, c->second)) continue;
+        if (inline_view(Func(fn), output, env, callers)) continue;
         schedule_func(Func(fn), output, target);
     }
 }

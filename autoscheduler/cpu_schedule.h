@@ -15,7 +15,7 @@ namespace segtile {
 
 // Plans cached on disk were sized with the schedule's own allocations:
 // bump this when they change, so that old plans are not reused.
-constexpr int kCpuScheduleVersion = 4;  // 4: bounded tensors' adjoints unclamped (generators/unclamp_adjoints.h)
+constexpr int kCpuScheduleVersion = 5;  // 5: strided convs by input phase, views inlined
 
 void schedule_cpu(const std::vector<Halide::Func> &outputs, const Halide::Target &target);
 
