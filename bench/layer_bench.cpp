@@ -53,6 +53,9 @@ std::vector<LayerCase> layer_cases() {
         {"conv3x3_128_128_64", [] { return finish(net(128).conv2d("conv", 128, 3).padding(1)); }, 64},
         {"conv3x3_256_256_32", [] { return finish(net(256).conv2d("conv", 256, 3).padding(1)); }, 32},
         {"conv3x3_stride2_64_128_128", [] { return finish(net(64).conv2d("conv", 128, 3).stride(2).padding(1)); }, 128},
+        // ResNet18's stem and its downsampling shortcut (strided: by phase).
+        {"conv7x7_stride2_3_64_256", [] { return finish(net(3).conv2d("conv", 64, 7).stride(2).padding(3)); }, 256},
+        {"conv1x1_stride2_64_128_128", [] { return finish(net(64).conv2d("conv", 128, 1).stride(2)); }, 128},
         {"conv1x1_128_64_64", [] { return finish(net(128).conv2d("conv", 64, 1)); }, 64},
         {"maxpool2x2_64_128", [] { return finish(net(64).max_pool("pool", 2)); }, 128},
         {"relu_64_128", [] { return finish(net(64).relu("relu")); }, 128},
