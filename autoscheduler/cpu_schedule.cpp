@@ -351,7 +351,35 @@ void schedule_weight_grad(Func f, const Halide::Target &target) {
 struct Callers {
     int sites = 0;
     bool pure_callers_only = true;
+    int pointwise_update_sites = 0;  // read in an update at its own LHS point
 };
+
+// Calls in update k of fn at the update's own LHS point, where every RVar
+// is in the LHS (no reduction: each read is one write), e.g. the unclamped
+// adjoint d_f(r.x, r.y, c, n) += select(inside, d_g(r.x, r.y, c, n), 0).
+std::vector<std::string> pointwise_reads(const Halide::Internal::Function &fn, int k) {
+    using namespace Halide::Internal;
+    const Definition &d = fn.update(k);
+    for (const auto &rv : d.schedule().rvars()) {
+        bool in_lhs = false;
+        for (const auto &a : d.args()) in_lhs = in_lhs || expr_uses_var(a, rv.var);
+        if (!in_lhs) return {};
+    }
+    struct Find : IRVisitor {
+        const std::vector<Expr> *lhs;
+        std::vector<std::string> found;
+        using IRVisitor::visit;
+        void visit(const Call *c) override {
+            bool same = c->call_type == Call::Halide && c->args.size() == lhs->size();
+            for (size_t i = 0; same && i < c->args.size(); i++) same = equal(c->args[i], (*lhs)[i]);
+            if (same) found.push_back(c->name);
+            IRVisitor::visit(c);
+        }
+    } find;
+    find.lhs = &d.args();
+    for (const auto &v : d.values()) v.accept(&find);
+    return find.found;
+}
 
 std::map<std::string, Callers> call_sites(const std::map<std::string, Halide::Internal::Function> &env) {
     struct Count : Halide::Internal::IRVisitor {
@@ -371,17 +399,22 @@ std::map<std::string, Callers> call_sites(const std::map<std::string, Halide::In
             out[callee].sites += n;
             out[callee].pure_callers_only = out[callee].pure_callers_only && pure;
         }
+        for (int k = 0; k < (int)fn.updates().size(); k++)
+            for (const auto &callee : pointwise_reads(fn, k)) out[callee].pointwise_update_sites++;
     }
     return out;
 }
 
-// A pure Func read at one call site, by a pure Func, is computed inline
-// there: a bounded copy, a relu, autodiff's pointwise adjoints, the input
-// wrappers. Each value is then computed once, as before, without a pass
-// over memory and a buffer of its own. Funcs read by reductions stay at
-// root (inlined into a conv's taps they would be recomputed per tap).
+// A pure Func read at one call site, by a pure Func or by an update at its
+// own LHS point, is computed inline there: a bounded copy, a relu,
+// autodiff's pointwise adjoints, the input wrappers, the seeded output
+// gradient that an unclamped adjoint adds up. Each value is then computed
+// once, as before, without a pass over memory and a buffer of its own.
+// Funcs read by reductions stay at root (inlined into a conv's taps they
+// would be recomputed per tap).
 bool inline_pointwise(Func f, bool output, const Callers &c) {
-    if (output || f.has_update_definition() || c.sites != 1 || !c.pure_callers_only) return false;
+    if (output || f.has_update_definition() || c.sites != 1 || !(c.pure_callers_only || c.pointwise_update_sites == 1))
+        return false;
     f.compute_inline();
     return true;
 }
