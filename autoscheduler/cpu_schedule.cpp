@@ -412,9 +412,12 @@ std::map<std::string, Callers> call_sites(const std::map<std::string, Halide::In
 // once, as before, without a pass over memory and a buffer of its own.
 // Funcs read by reductions stay at root (inlined into a conv's taps they
 // would be recomputed per tap).
+bool read_once_pointwise(const Callers &c) {
+    return c.sites == 1 && (c.pure_callers_only || c.pointwise_update_sites == 1);
+}
+
 bool inline_pointwise(Func f, bool output, const Callers &c) {
-    if (output || f.has_update_definition() || c.sites != 1 || !(c.pure_callers_only || c.pointwise_update_sites == 1))
-        return false;
+    if (output || f.has_update_definition() || !read_once_pointwise(c)) return false;
     f.compute_inline();
     return true;
 }
@@ -434,9 +437,9 @@ const Halide::Internal::Call *view_of(const Halide::Internal::Function &f) {
         const Expr &a = call->args[i];
         const std::string &v = f.args()[i];
         // a = o + s*v with o and s constants, s nonzero.
-        const Expr s = simplify(substitute(v, 1, a) - substitute(v, 0, a));
-        if (!is_const(s) || is_const_zero(s) || !is_const(simplify(substitute(v, 0, a)))) return nullptr;
-        if (!can_prove(a == substitute(v, 0, a) + s * Variable::make(Halide::Int(32), v))) return nullptr;
+        const Expr o = simplify(substitute(v, 0, a)), s = simplify(substitute(v, 1, a) - o);
+        if (!is_const(o) || !is_const(s) || is_const_zero(s)) return nullptr;
+        if (!can_prove(a == o + s * Variable::make(Halide::Int(32), v))) return nullptr;
     }
     return call;
 }
@@ -461,7 +464,7 @@ bool inline_view(Func f, bool output, const std::map<std::string, Halide::Intern
         const Call *next = view_of(g->second);
         if (!next) {
             const auto c = callers.find(call->name);
-            if (c != callers.end() && c->second.sites == 1 && c->second.pure_callers_only) return false;  // inlined
+            if (c != callers.end() && read_once_pointwise(c->second)) return false;  // inlined
             break;
         }
         call = next;

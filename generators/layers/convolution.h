@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "generators/layers/common.h"
+#include "spec/region_map.h"
 
 namespace segtile::layers {
 
@@ -18,13 +19,12 @@ struct ConvPhase {
 };
 
 inline std::vector<ConvPhase> conv_phases(int kernel, int stride, int padding, int dilation) {
-    auto floor_div = [](int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
     const int g = std::gcd(stride, dilation);
     std::vector<ConvPhase> out;
     for (int a = 0; a < stride; a++) {
         ConvPhase ph{a, 0, stride / g, 0, 0, dilation / g};
         for (int k = 0; k < kernel; k++) {
-            const int at = k * dilation - padding, q = floor_div(at, stride);
+            const int at = k * dilation - padding, q = (int)IntOps::floor_div(at, stride);
             if (at - q * stride != a) continue;
             if (ph.taps++ == 0) {
                 ph.first_tap = k;
