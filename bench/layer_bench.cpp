@@ -126,9 +126,13 @@ void run_kernel(const KernelRun &k, double peak_gflops, IsolatedResult &r) {
             if (s.trainable) only.insert("grad_" + c_identifier(s.name));
         if (only.empty()) throw std::runtime_error("no parameters");
     }
+    // The executor's allocator: Halide's intermediates are counted, and
+    // reused from one call to the next (runtime/block_cache.h), as they are
+    // from one tile to the next in a training step.
+    MemoryLedger ledger;
     const auto t0 = clock::now();
     JitKernel kernel(m, layout, k.part == Part::Forward ? KernelKind::Forward : KernelKind::Backward, 0,
-                     Halide::Float(32), nullptr, only, k.schedule, k.peer);
+                     Halide::Float(32), &ledger, only, k.schedule, k.peer);
     r.counters["compile_seconds"] = std::chrono::duration<double>(clock::now() - t0).count();
 
     // Every buffer the signature names, whole tensors (one tile = the image).
@@ -188,6 +192,7 @@ void run_kernel(const KernelRun &k, double peak_gflops, IsolatedResult &r) {
     r.counters["gbytes_per_s"] = bytes / best * 1e-9;
     r.counters["bytes"] = bytes;
     r.counters["fraction_of_peak"] = flops / best * 1e-9 / peak_gflops;
+    r.counters["halide_peak_bytes"] = (double)ledger.halide_peak();
 }
 
 void register_kernel(const std::string &name, const KernelRun &k, const BenchOptions &opt, bool yardstick) {

@@ -18,12 +18,24 @@ void MemoryLedger::Counter::add(int64_t b) {
     }
 }
 
-void MemoryLedger::allocated(size_t bytes, Kind k) { counter(k).add((int64_t)bytes); }
+void MemoryLedger::allocated(size_t bytes, Kind k) {
+    if (k == Kind::Working) make_room(bytes);
+    counter(k).add((int64_t)bytes);
+}
+
+void MemoryLedger::make_room(size_t bytes) {
+    const int64_t over = working_.current.load() + (int64_t)bytes - working_.peak.load();
+    if (over > 0 && cache_.cached_bytes() > 0) freed(cache_.evict((size_t)over));
+}
+
 void MemoryLedger::freed(size_t bytes, Kind k) { counter(k).add(-(int64_t)bytes); }
 
 MemoryLedger::~MemoryLedger() { detach_device_allocations(this); }
 
+void MemoryLedger::release_cache() { freed(cache_.release_all()); }
+
 void MemoryLedger::reset_peaks() {
+    release_cache();
     working_.peak = working_.current.load();
     device_.peak = device_.current.load();
     checkpoint_.peak = checkpoint_.current.load();
@@ -43,22 +55,59 @@ void MemoryLedger::halide_freed(size_t bytes) {
 
 namespace {
 constexpr size_t kAlign = 128;
-}  // namespace
 
-void *MemoryLedger::halide_malloc(MemoryLedger *ledger, size_t bytes) {
-    void *base = std::aligned_alloc(kAlign, kAlign + ((bytes + kAlign - 1) / kAlign) * kAlign);
-    if (!base) return nullptr;
-    std::memcpy(base, &bytes, sizeof bytes);
-    if (ledger) ledger->halide_allocated(bytes);
+// What a block's header (the kAlign bytes before the pointer handed out)
+// records: the bytes counted as working memory (a cached block: its whole
+// capacity, held until evicted), the bytes asked for (Halide's count),
+// whether the block goes back to the ledger's cache when freed, and whether
+// a Halide kernel holds it.
+struct Header {
+    size_t counted, asked;
+    bool cached, halide;
+};
+
+void *finish(void *base, Header h) {
+    std::memcpy(base, &h, sizeof h);
     return static_cast<char *>(base) + kAlign;
 }
+}  // namespace
 
-void MemoryLedger::halide_free(MemoryLedger *ledger, void *ptr) {
+void *MemoryLedger::cached_malloc(size_t bytes, size_t payload, bool halide) {
+    size_t capacity = 0;
+    if (void *base = cache_.take(payload, capacity)) {
+        if (halide) halide_.add((int64_t)bytes);  // working memory held already
+        return finish(base, {capacity, bytes, true, halide});
+    }
+    make_room(payload);  // a miss: older blocks go first
+    void *base = std::aligned_alloc(kAlign, kAlign + payload);
+    if (!base) return nullptr;
+    allocated(payload);
+    if (halide) halide_.add((int64_t)bytes);
+    return finish(base, {payload, bytes, true, halide});
+}
+
+void *MemoryLedger::block_malloc(MemoryLedger *ledger, size_t bytes, bool halide) {
+    const size_t payload = ((bytes + kAlign - 1) / kAlign) * kAlign;
+    if (ledger && payload >= BlockCache::kMinBytes) return ledger->cached_malloc(bytes, payload, halide);
+    void *base = std::aligned_alloc(kAlign, kAlign + payload);
+    if (!base) return nullptr;
+    if (ledger && halide) ledger->halide_allocated(bytes);
+    else if (ledger) ledger->allocated(bytes);
+    return finish(base, {bytes, bytes, false, halide});
+}
+
+void MemoryLedger::block_free(MemoryLedger *ledger, void *ptr) {
     if (!ptr) return;
     char *base = static_cast<char *>(ptr) - kAlign;
-    size_t bytes;
-    std::memcpy(&bytes, base, sizeof bytes);
-    if (ledger) ledger->halide_freed(bytes);
+    Header h;
+    std::memcpy(&h, base, sizeof h);
+    if (ledger && h.cached) {
+        if (h.halide) ledger->halide_.add(-(int64_t)h.asked);  // no longer Halide's, still held
+        ledger->cache_.put(base, h.counted);
+        return;
+    }
+    if (ledger && h.halide) ledger->halide_freed(h.counted);
+    else if (ledger) ledger->freed(h.counted);
     std::free(base);
 }
 

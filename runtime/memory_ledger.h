@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/block_cache.h"
+
 namespace segtile {
 
 class MemoryLedger {
@@ -32,6 +34,9 @@ public:
     int64_t current(Kind k = Kind::Working) const { return counter(k).current.load(); }
     int64_t peak(Kind k = Kind::Working) const { return counter(k).peak.load(); }
     int64_t halide_peak() const { return halide_.peak.load(); }
+    int64_t halide_current() const { return halide_.current.load(); }
+    // Also frees the blocks cached for reuse (below): a phase measured after
+    // this starts from the memory actually in use.
     void reset_peaks();
 
     // Allocations made by Halide kernels: working memory, also tracked apart.
@@ -41,8 +46,20 @@ public:
     // The allocator behind the AOT (KernelContext) and JIT (JitKernel) hooks:
     // 128-byte aligned for Halide's vector loads, counted in `ledger` when
     // one is given (a header before the block records the size for free).
-    static void *halide_malloc(MemoryLedger *ledger, size_t bytes);
-    static void halide_free(MemoryLedger *ledger, void *ptr);
+    // With a ledger, blocks of BlockCache::kMinBytes and more are kept when
+    // freed and reused by later calls: they stay counted as held working
+    // memory (not as Halide's: halide_peak() is what kernels had live), and
+    // working memory grows only after evicting enough of them that the peak
+    // does not rise (the peak is the same as without the cache; the process
+    // high-water mark too).
+    static void *halide_malloc(MemoryLedger *ledger, size_t bytes) { return block_malloc(ledger, bytes, true); }
+    static void halide_free(MemoryLedger *ledger, void *ptr) { block_free(ledger, ptr); }
+    // The same for the runtime's own working tensors (Tensor): per-tile
+    // gradient windows and partial sums reuse blocks too. Not zeroed.
+    static void *working_malloc(MemoryLedger *ledger, size_t bytes) { return block_malloc(ledger, bytes, false); }
+    static void working_free(MemoryLedger *ledger, void *ptr) { block_free(ledger, ptr); }
+    // Bytes of freed Halide blocks held for reuse (counted in current()).
+    int64_t cached() const { return (int64_t)cache_.cached_bytes(); }
 
 private:
     struct Counter {
@@ -55,7 +72,16 @@ private:
     const Counter &counter(Kind k) const {
         return k == Kind::Working ? working_ : k == Kind::Checkpoint ? checkpoint_ : k == Kind::Data ? data_ : device_;
     }
+    static void *block_malloc(MemoryLedger *ledger, size_t bytes, bool halide);
+    static void block_free(MemoryLedger *ledger, void *ptr);
+    void *cached_malloc(size_t bytes, size_t payload, bool halide);
+    void release_cache();
+    // Evicts cached blocks so that `bytes` more working memory does not
+    // raise the peak where the cache alone would have.
+    void make_room(size_t bytes);
+
     Counter working_, checkpoint_, data_, device_, halide_;
+    BlockCache cache_;
 };
 
 // The process's resident-set high-water mark (VmHWM), in bytes.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace segtile {
@@ -19,6 +20,17 @@ int64_t product(const std::vector<int64_t> &d) {
 
 Tensor::Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind, halide_type_t type)
     : dims_(std::move(dims)), numel_(product(dims_)), type_(type), ledger_(ledger), kind_(kind) {
+    if (ledger && kind == MemoryLedger::Kind::Working) {
+        // From the ledger's block cache (it counts the bytes): tile windows
+        // come and go once per tile, and fresh pages fault in one by one.
+        void *p = MemoryLedger::working_malloc(ledger, (size_t)bytes());
+        if (!p) throw std::bad_alloc();
+        std::memset(p, 0, (size_t)bytes());
+        data_ = p;
+        free_ = [ledger, p] { MemoryLedger::working_free(ledger, p); };
+        ledger_counts_ = true;
+        return;
+    }
     auto *p = new uint64_t[(bytes() + 7) / 8]();  // zeroed, 8-byte aligned
     data_ = p;
     free_ = [p] { delete[] p; };
@@ -67,7 +79,7 @@ void Tensor::drop_resident() {
 
 void Tensor::release() {
     if (data_) {
-        if (ledger_) ledger_->freed(bytes(), kind_);
+        if (ledger_ && !ledger_counts_) ledger_->freed(bytes(), kind_);
         free_();
     }
     data_ = nullptr;
@@ -87,6 +99,7 @@ Tensor &Tensor::operator=(Tensor &&o) noexcept {
         ledger_ = o.ledger_;
         kind_ = o.kind_;
         mapped_ = o.mapped_;
+        ledger_counts_ = o.ledger_counts_;
         o.data_ = nullptr;
         o.mapped_ = false;
         o.numel_ = 0;

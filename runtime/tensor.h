@@ -66,6 +66,7 @@ private:
     MemoryLedger *ledger_ = nullptr;
     MemoryLedger::Kind kind_ = MemoryLedger::Kind::Working;
     bool mapped_ = false;
+    bool ledger_counts_ = false;  // a ledger block: freeing it does the counting
 };
 
 std::string shape_string(const std::vector<int64_t> &dims);

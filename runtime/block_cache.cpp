@@ -1,0 +1,47 @@
+#include "runtime/block_cache.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace segtile {
+
+void *BlockCache::take(size_t bytes, size_t &capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto best = blocks_.end();
+    for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
+        if (it->capacity >= bytes && it->capacity - bytes <= bytes / 8 &&
+            (best == blocks_.end() || it->capacity < best->capacity))
+            best = it;
+    if (best == blocks_.end()) return nullptr;
+    void *base = best->base;
+    capacity = best->capacity;
+    bytes_ -= capacity;
+    blocks_.erase(best);
+    return base;
+}
+
+void BlockCache::put(void *base, size_t capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.push_back({base, capacity, next_stamp_++});
+    bytes_ += capacity;
+}
+
+size_t BlockCache::evict(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::sort(blocks_.begin(), blocks_.end(), [](const Block &a, const Block &b) { return a.stamp > b.stamp; });
+    size_t freed = 0;
+    while (freed < bytes && !blocks_.empty()) {
+        std::free(blocks_.back().base);
+        freed += blocks_.back().capacity;
+        blocks_.pop_back();
+    }
+    bytes_ -= freed;
+    return freed;
+}
+
+size_t BlockCache::cached_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bytes_;
+}
+
+}  // namespace segtile
