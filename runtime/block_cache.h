@@ -1,5 +1,6 @@
-// BlockCache: large blocks that Halide kernels freed, kept for the next
-// allocation of about the same size. A kernel called once per tile
+// BlockCache: large blocks that Halide kernels and the runtime's working
+// tensors freed, kept for the next allocation of about the same size. A
+// kernel called once per tile
 // allocates the same intermediates on every call; returned to the system
 // (glibc maps blocks of 128 KiB and more, and unmaps them on free) each one
 // was faulted in again, page by page, on the next call: conv 3x3 64->64 at
