@@ -28,12 +28,15 @@ Tensor::Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Ki
         std::memset(p, 0, (size_t)bytes());
         data_ = p;
         free_ = [ledger, p] { MemoryLedger::working_free(ledger, p); };
-        ledger_counts_ = true;
         return;
     }
     auto *p = new uint64_t[(bytes() + 7) / 8]();  // zeroed, 8-byte aligned
     data_ = p;
-    free_ = [p] { delete[] p; };
+    const size_t n = (size_t)bytes();
+    free_ = [p, ledger, kind, n] {
+        if (ledger) ledger->freed(n, kind);
+        delete[] p;
+    };
     if (ledger_) ledger_->allocated(bytes(), kind_);
 }
 
@@ -61,7 +64,11 @@ Tensor Tensor::mapped(std::vector<int64_t> dims, const std::string &dir, MemoryL
     unlink(path.c_str());
     if (p == MAP_FAILED) throw std::runtime_error("cannot map checkpoint file '" + path + "': " + std::strerror(errno));
     t.data_ = p;
-    t.free_ = [p, len] { munmap(p, len); };
+    const size_t n = (size_t)t.bytes();
+    t.free_ = [p, len, ledger, n] {
+        if (ledger) ledger->freed(n, MemoryLedger::Kind::Checkpoint);
+        munmap(p, len);
+    };
     t.mapped_ = true;
     t.ledger_ = ledger;
     t.kind_ = MemoryLedger::Kind::Checkpoint;
@@ -79,7 +86,6 @@ void Tensor::drop_resident() {
 
 void Tensor::release() {
     if (data_) {
-        if (ledger_ && !ledger_counts_) ledger_->freed(bytes(), kind_);
         free_();
     }
     data_ = nullptr;
@@ -99,7 +105,6 @@ Tensor &Tensor::operator=(Tensor &&o) noexcept {
         ledger_ = o.ledger_;
         kind_ = o.kind_;
         mapped_ = o.mapped_;
-        ledger_counts_ = o.ledger_counts_;
         o.data_ = nullptr;
         o.mapped_ = false;
         o.numel_ = 0;

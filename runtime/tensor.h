@@ -62,11 +62,10 @@ private:
     int64_t numel_ = 0;
     halide_type_t type_ = halide_type_of<float>();
     void *data_ = nullptr;
-    std::function<void()> free_;  // releases data_ (delete[] or munmap)
+    std::function<void()> free_;  // releases data_ and uncounts it in the ledger
     MemoryLedger *ledger_ = nullptr;
     MemoryLedger::Kind kind_ = MemoryLedger::Kind::Working;
     bool mapped_ = false;
-    bool ledger_counts_ = false;  // a ledger block: freeing it does the counting
 };
 
 std::string shape_string(const std::vector<int64_t> &dims);
