@@ -316,6 +316,8 @@ bool weight_grad_shaped(Func f) {
 // 4 divides every channel count but an image's 3, and the blocks unroll
 // without guards (unrolled with guarded tails, Halide took 65 s instead of
 // 14 to lower VGG16's backward kernel).
+constexpr int kNarrowVectors = 2;
+
 void schedule_weight_grad(Func f, const Halide::Target &target) {
     const int width = target.natural_vector_size(f.type());
     const bool wide = has_32_vector_registers(target);
@@ -325,7 +327,11 @@ void schedule_weight_grad(Func f, const Halide::Target &target) {
     bool constant = true;
     const std::string r = reduction_rvar(s, f.update_args(0), constant);
     std::vector<std::string> image;  // the reduction's RVars, innermost first
-    for (const auto &d : s.get_schedule().rvars()) image.push_back(d.var);
+    Expr extent;                     // of image x (r)
+    for (const auto &d : s.get_schedule().rvars()) {
+        image.push_back(d.var);
+        if (d.var == r) extent = d.extent;
+    }
     Var u(f.name() + "_u");
     RVar ro(r + "_ro"), ri(r + "_ri");
     s.split(RVar(r), ro, ri, width, kTail);
@@ -338,10 +344,22 @@ void schedule_weight_grad(Func f, const Halide::Target &target) {
     intm.compute_at(f, kx).bound_storage(u, width).bound_storage(kx, 1).bound_storage(ky, 1)
         .bound_storage(ci, in_block).bound_storage(co, out_block);
     intm.reorder_storage(u, kx, ky, ci, co).vectorize(u);  // rfactor stores u outermost
-    std::vector<VarOrRVar> nest{u, ci, co, ro};
-    for (const auto &v : image)
-        if (v != r) nest.emplace_back(RVar(v));
-    intm.update(0).reorder(nest).vectorize(u).unroll(ci).unroll(co);
+    // Row-major over the image (x vectors innermost, then rows): streams
+    // that the hardware prefetches. Rows of at most kNarrowVectors vectors
+    // (a deep layer's small image, a tile) run down the columns instead:
+    // each row's loop is then too short to keep the 16 accumulators in
+    // registers (LLVM loads and stores them around every row, as the row
+    // loop is split into a main part and a guarded tail).
+    std::vector<VarOrRVar> rows{u, ci, co, ro}, columns{u, ci, co};
+    for (const auto &v : image) {
+        if (v == r) continue;
+        rows.emplace_back(RVar(v));
+        columns.emplace_back(RVar(v));
+        if (columns.size() == 4) columns.emplace_back(ro);  // after image y
+    }
+    if (columns.size() > 4 && extent.defined())
+        intm.update(0).specialize(extent <= kNarrowVectors * width).reorder(columns).vectorize(u).unroll(ci).unroll(co);
+    intm.update(0).reorder(rows).vectorize(u).unroll(ci).unroll(co);
     if (debug())
         std::fprintf(stderr, "schedule_cpu: weight-gradient blocks %s: %d lanes x %d x %d\n", f.name().c_str(), width,
                      in_block, out_block);
@@ -495,51 +513,68 @@ std::vector<int> clamped_extents(const Halide::Internal::Function &f) {
     return out;
 }
 
-// Constant extents of the parameter-shaped Funcs: each parameter's copy
-// p_X, its adjoint p_X_0_d_def__ and the gradient output grad_X.
+// The parameter-shaped Funcs: each parameter's copy p_X, its adjoint
+// p_X_0_d_def__ and the gradient output grad_X, with their constant
+// extents where the copy states them. A kernel that computes a gradient
+// but never reads the parameter (the first layer's weights: no input
+// gradient) has no copy: its adjoint and gradient are listed with no
+// extents, so that they are not scheduled as tensors (a task per 3-wide row).
 std::map<std::string, std::vector<int>> parameter_shapes(const std::map<std::string, Halide::Internal::Function> &env) {
     std::map<std::string, std::vector<int>> out;
+    const std::string adjoint = "_0_d_def__";
     for (const auto &[name, fn] : env) {
         if (name.rfind("p_", 0) != 0) continue;
+        if (name.size() > adjoint.size() && name.compare(name.size() - adjoint.size(), adjoint.size(), adjoint) == 0) {
+            const std::string base = name.substr(2, name.size() - 2 - adjoint.size());
+            out.emplace(name, std::vector<int>{});  // kept if the copy states extents
+            out.emplace("grad_" + base, std::vector<int>{});
+            continue;
+        }
         const auto e = clamped_extents(fn);
         if (e.empty()) continue;
         out[name] = e;
-        out[name + "_0_d_def__"] = e;
+        out[name + adjoint] = e;
         out["grad_" + name.substr(2)] = e;
     }
     return out;
 }
 
+// A parameter-shaped Func's pure definition (a copy, a zero init): lanes
+// along its first dimension, as wide as its rows where known (a 3x3
+// kernel's rows are 3 wide: lanes of the vector width would run them in
+// scalar tails, a loop per row), in parallel over its last dimension
+// (output channels; a bias stays serial), tasks of whole kernels.
+void schedule_parameter(Func f, int width, const std::vector<int> &extents) {
+    const int lanes = !extents.empty() && extents[0] < width ? extents[0] : width;
+    vectorise(f, f.args()[0].name(), lanes);
+    if (f.dimensions() > 1) parallelise(f, {f.args().back().name()});
+}
+
 constexpr int kRowsPerTask = 16;
 
 // `output`: f is a pipeline output, which a wrapper would not replace.
-// `extents`: f's constant extents where known (parameter_shapes), else empty.
-void schedule_func(Func f, bool output, const Halide::Target &target, const std::vector<int> &extents) {
+// `param`: f's entry in parameter_shapes, null for a tensor.
+void schedule_func(Func f, bool output, const Halide::Target &target, const std::vector<int> *param) {
+    const int width = target.natural_vector_size(f.type());
     if (!output && conv_shaped(f)) {
         schedule_conv(f, target);
         return;
     }
     if (weight_grad_shaped(f)) {
         schedule_weight_grad(f, target);
+        schedule_parameter(f, width, param ? *param : std::vector<int>{});  // its zero init
         return;
     }
     f.compute_root();
-    const int width = target.natural_vector_size(f.type());
-    if (f.dimensions() > 0) {
-        // A 3x3 kernel's rows are 3 wide: lanes of the vector width would
-        // run them in scalar tails, a loop per row. Lanes as wide as the
-        // row instead: one load and one store per row.
-        const int lanes = !extents.empty() && extents[0] < width ? extents[0] : width;
-        vectorise(f, f.args()[0].name(), lanes);
+    if (f.dimensions() > 0 && param) schedule_parameter(f, width, *param);
+    else if (f.dimensions() > 0) {
         // Parallel tasks big enough to outweigh the thread pool's cost per
-        // task: a parameter's output channels, or a tensor's blocks of rows
-        // (all of y, c, n fused made a task per row: 2 to 8 vectors, and a
-        // task per 3-element row of VGG16's 512->512 weight gradient copy,
-        // 4 ms for 2.4 MiB).
+        // task: blocks of rows (all of y, c, n fused made a task per row:
+        // 2 to 8 vectors, and a task per 3-element row of VGG16's 512->512
+        // weight gradient copy, 4 ms for 2.4 MiB).
+        vectorise(f, f.args()[0].name(), width);
         std::vector<std::string> outer;
-        if (!extents.empty()) {
-            if (f.dimensions() > 1) outer.push_back(f.args().back().name());  // a bias stays serial
-        } else if (f.dimensions() > 1) {
+        if (f.dimensions() > 1) {
             const std::string y = f.args()[1].name();
             f.split(Var(y), Var(y + "_to"), Var(y + "_ti"), kRowsPerTask, kTail);
             outer.push_back(y + "_to");
@@ -609,7 +644,7 @@ void schedule_cpu(const std::vector<Func> &outputs, const Halide::Target &target
         if (c != callers.end() && inline_pointwise(Func(fn), output, c->second)) continue;
         if (inline_view(Func(fn), output, env, callers)) continue;
         const auto e = shapes.find(name);
-        schedule_func(Func(fn), output, target, e == shapes.end() ? std::vector<int>{} : e->second);
+        schedule_func(Func(fn), output, target, e == shapes.end() ? nullptr : &e->second);
     }
 }
 

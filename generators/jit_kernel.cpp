@@ -1,5 +1,7 @@
 #include "generators/jit_kernel.h"
 
+#include <cstdlib>
+
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/gpu_schedule.h"
 #include "generators/kernel_pipeline.h"
@@ -44,7 +46,14 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
         else if (schedule == Schedule::Peer) apply_peer_schedule(m, sig_, out_funcs, peer, jit);
         else if (schedule == Schedule::Gpu) schedule_gpu(out_funcs, segtile_cuda_target(jit));
         else schedule_reference(out_funcs);
-        callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args, schedule == Schedule::Gpu ? segtile_cuda_target(jit) : jit);
+        // For reading what a schedule became (docs/benchmarks.md): the
+        // lowered statement and the assembly, written to the named files.
+        const Halide::Target target = schedule == Schedule::Gpu ? segtile_cuda_target(jit) : jit;
+        if (const char *d = std::getenv("SEGTILE_DUMP_STMT"))
+            Halide::Pipeline(out_funcs).compile_to_lowered_stmt(d, args, Halide::StmtOutputFormat::Text, target);
+        if (const char *d = std::getenv("SEGTILE_DUMP_ASM"))
+            Halide::Pipeline(out_funcs).compile_to_assembly(d, args, "kernel", target);
+        callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args, target);
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());
     }

@@ -107,6 +107,7 @@ void add_gradients(const Model &m, const std::vector<KernelArg> &sig, const Buil
     std::vector<Func> outs;
     for (const auto &[name, f] : out) outs.push_back(f);
     unclamp_bounded_adjoints(outs);
+    pure_pointwise_adjoints(outs);
 }
 
 }  // namespace

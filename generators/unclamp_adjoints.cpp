@@ -1,5 +1,6 @@
 #include "generators/unclamp_adjoints.h"
 
+#include <map>
 #include <string>
 
 namespace segtile {
@@ -82,7 +83,82 @@ bool unclamp(Function &fn, int k) {
     return true;
 }
 
+// The pure form of fn (see the header), or an undefined Func.
+Halide::Func pure_form(const Function &fn) {
+    if (fn.outputs() != 1 || fn.updates().size() != 1 || !is_const_zero(fn.definition().values()[0])) return {};
+    const Definition &d = fn.update(0);
+    const std::vector<Expr> &args = d.args();
+    if (d.values().size() != 1 || args.size() != fn.args().size()) return {};
+    const Add *add = d.values()[0].as<Add>();
+    const Call *self = add ? add->a.as<Call>() : nullptr;
+    if (!self || self->call_type != Call::Halide || self->name != fn.name()) return {};
+    for (size_t i = 0; i < args.size(); i++)
+        if (!equal(self->args[i], args[i])) return {};
+    // Every LHS argument a bare RVar or the pure Var of its position, every
+    // RVar in the LHS: each point of the domain writes its own element.
+    std::map<std::string, Expr> bare, clamped;
+    Expr inside = Halide::Internal::const_true();
+    for (const auto &rv : d.schedule().rvars()) {
+        int at = -1;
+        for (size_t i = 0; i < args.size(); i++) {
+            const Variable *v = args[i].as<Variable>();
+            if (v && v->name == rv.var) at = (int)i;
+        }
+        if (at < 0) return {};
+        const Expr x = Variable::make(Halide::Int(32), fn.args()[at]);
+        bare[rv.var] = x;
+        clamped[rv.var] = Halide::clamp(x, rv.min, rv.min + rv.extent - 1);
+        inside = inside && rv.min <= x && x < rv.min + rv.extent;
+    }
+    for (size_t i = 0; i < args.size(); i++) {
+        const Variable *v = args[i].as<Variable>();
+        if (!v || (!bare.count(v->name) && v->name != fn.args()[i])) return {};
+    }
+    struct CallsSelf : IRVisitor {
+        std::string name;
+        bool found = false;
+        using IRVisitor::visit;
+        void visit(const Call *c) override {
+            found = found || c->name == name;
+            IRVisitor::visit(c);
+        }
+    } calls;
+    calls.name = fn.name();
+    add->b.accept(&calls);
+    if (calls.found) return {};
+    const Expr cond = simplify(inside && substitute(bare, d.predicate()));
+    const Expr value = substitute(clamped, add->b);
+    std::vector<Halide::Var> vars;
+    for (const auto &a : fn.args()) vars.emplace_back(a);
+    Halide::Func g(fn.name() + "_pw");
+    g(vars) = Halide::select(cond, value, make_zero(value.type()));
+    return g;
+}
+
 }  // namespace
+
+int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs) {
+    std::vector<Function> fs;
+    for (const auto &f : outputs)
+        if (f.defined()) fs.push_back(f.function());
+    auto env = build_environment(fs);
+    std::vector<std::pair<Function, Function>> pure;  // (adjoint, its pure form)
+    for (auto &[name, fn] : env) {
+        bool output = false;
+        for (const auto &o : fs) output = output || o.same_as(fn);
+        if (output) continue;
+        const Halide::Func g = pure_form(fn);
+        if (g.defined()) pure.emplace_back(fn, g.function());
+    }
+    // Every caller, the pure forms included (one may read another adjoint).
+    std::vector<Function> callers;
+    for (auto &[name, fn] : env) callers.push_back(fn);
+    for (auto &[fn, g] : pure) callers.push_back(g);
+    for (auto &h : callers)
+        for (auto &[fn, g] : pure)
+            if (!h.same_as(fn)) h.substitute_calls(fn, g);
+    return (int)pure.size();
+}
 
 int unclamp_bounded_adjoints(const std::vector<Halide::Func> &outputs) {
     std::vector<Function> fs;

@@ -23,4 +23,14 @@ namespace segtile {
 // Rewrites every such update among the Funcs `outputs` call; returns how many.
 int unclamp_bounded_adjoints(const std::vector<Halide::Func> &outputs);
 
+// An adjoint that is zero but for one such injective update,
+//   d_f(x, y, c, n) = 0;  d_f(r.x, r.y, c, n) += inc(r.x, r.y, c, n) where pred,
+// is the pure Func
+//   d_f'(x, y, c, n) = select(x, y in r's ranges && pred, inc(clamp(x), clamp(y), c, n), 0)
+// (the clamps keep every read where the update read): one pass over
+// memory instead of two (zero fill, then add), and inlined where it is
+// read once. Calls to every such Func among those `outputs` call (not an
+// output itself) are redirected to its pure form; returns how many.
+int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs);
+
 }  // namespace segtile

@@ -1,8 +1,9 @@
 // generators/unclamp_adjoints.h: autodiff's scatter for a bounded tensor
 // becomes an injective update that vectorises, with gradients equal to
 // the unrewritten ones (float64; only zero additions go, so they differ by
-// no more than the vectorised schedule's rounding), and
-// updates whose dropped writes would not add zero are left alone.
+// no more than the vectorised schedule's rounding), then one pure Func
+// with the same gradients, and updates whose dropped writes would not add
+// zero are left alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,6 +88,45 @@ TEST(UnclampAdjoints, BoundedScatterVectorisesWithTheSameGradient) {
     // The window's edges got the collided writes: nonzero gradient there.
     EXPECT_NE(expected(2, 1, 0), 0.0);
     EXPECT_EQ(expected(0, 0, 0), 0.0);
+}
+
+// Functions reachable from f that have update definitions and are named
+// like src's adjoint.
+int src_adjoints_with_updates(const Func &f) {
+    int n = 0;
+    for (const auto &[name, fn] : Halide::Internal::build_environment({f.function()}))
+        n += name.rfind("src", 0) == 0 && !fn.updates().empty();
+    return n;
+}
+
+TEST(UnclampAdjoints, ZeroPlusOneInjectiveUpdateBecomesOnePureFunc) {
+    const Buffer<double> in = random({12, 8, 2}, 5), w = random({18, 13, 2}, 6);
+    Pipeline want = bounded_pipeline(in, w, true);
+    Buffer<double> expected = want.grad.realize({12, 8, 2});
+
+    // As in segtile's kernels, the adjoint is read by an output copy.
+    Pipeline got = bounded_pipeline(in, w, true);
+    Var x("x"), y("y"), c("c");
+    Func out("out");
+    out(x, y, c) = got.grad(x, y, c);
+    ASSERT_EQ(unclamp_bounded_adjoints({out}), 1);
+    EXPECT_EQ(src_adjoints_with_updates(out), 1);
+    EXPECT_EQ(pure_pointwise_adjoints({out}), 1);
+    EXPECT_EQ(src_adjoints_with_updates(out), 0) << "the zero fill and the update are gone";
+    // An output itself is never replaced (its callers are the caller's).
+    EXPECT_EQ(pure_pointwise_adjoints({got.grad}), 0);
+
+    schedule_cpu({out}, Halide::get_jit_target_from_environment());
+    Buffer<double> result = out.realize({12, 8, 2});
+    int differ = 0;
+    result.for_each_element([&](int x, int y, int c) {
+        differ += std::abs(result(x, y, c) - expected(x, y, c)) > 1e-14 * std::abs(expected(x, y, c));
+    });
+    EXPECT_EQ(differ, 0);
+    // Inside the window and outside it (the select's zero).
+    EXPECT_NE(result(2, 1, 0), 0.0);
+    EXPECT_EQ(result(0, 0, 0), 0.0);
+    EXPECT_EQ(result(11, 7, 1), 0.0);
 }
 
 TEST(UnclampAdjoints, LeavesScattersWhoseDroppedWritesAreNotZero) {
