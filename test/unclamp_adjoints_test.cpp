@@ -58,6 +58,15 @@ Buffer<double> random(std::vector<int> dims, int seed) {
     return b;
 }
 
+// Elements of `got` farther than rounding (1e-14 relative) from `want`.
+int elements_differing(const Buffer<double> &got, const Buffer<double> &want) {
+    int differ = 0;
+    got.for_each_element([&](int x, int y, int c) {
+        differ += std::abs(got(x, y, c) - want(x, y, c)) > 1e-14 * std::abs(want(x, y, c));
+    });
+    return differ;
+}
+
 // The scatter's LHS as text, for the checks below.
 std::string scatter_lhs(const Func &grad) {
     std::ostringstream o;
@@ -80,11 +89,7 @@ TEST(UnclampAdjoints, BoundedScatterVectorisesWithTheSameGradient) {
     // race otherwise) and the CPU schedule vectorises it.
     schedule_cpu({got.grad}, Halide::get_jit_target_from_environment());
     Buffer<double> result = got.grad.realize({12, 8, 2});
-    int differ = 0;
-    result.for_each_element([&](int x, int y, int c) {
-        differ += std::abs(result(x, y, c) - expected(x, y, c)) > 1e-14 * std::abs(expected(x, y, c));
-    });
-    EXPECT_EQ(differ, 0);
+    EXPECT_EQ(elements_differing(result, expected), 0);
     // The window's edges got the collided writes: nonzero gradient there.
     EXPECT_NE(expected(2, 1, 0), 0.0);
     EXPECT_EQ(expected(0, 0, 0), 0.0);
@@ -118,11 +123,7 @@ TEST(UnclampAdjoints, ZeroPlusOneInjectiveUpdateBecomesOnePureFunc) {
 
     schedule_cpu({out}, Halide::get_jit_target_from_environment());
     Buffer<double> result = out.realize({12, 8, 2});
-    int differ = 0;
-    result.for_each_element([&](int x, int y, int c) {
-        differ += std::abs(result(x, y, c) - expected(x, y, c)) > 1e-14 * std::abs(expected(x, y, c));
-    });
-    EXPECT_EQ(differ, 0);
+    EXPECT_EQ(elements_differing(result, expected), 0);
     // Inside the window and outside it (the select's zero).
     EXPECT_NE(result(2, 1, 0), 0.0);
     EXPECT_EQ(result(0, 0, 0), 0.0);
