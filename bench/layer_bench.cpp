@@ -41,6 +41,7 @@ struct LayerCase {
     std::string name;
     std::function<Model()> model;
     int size;
+    bool long_only = false;  // --long: VGG16's first layers at 1024^2, where a band of rows outgrows L2
 };
 
 ModelBuilder net(int cin) { return ModelBuilder("layer", cin); }
@@ -63,6 +64,8 @@ std::vector<LayerCase> layer_cases() {
         {"upsample2x_64_64", [] { return finish(net(64).upsample("up", 2)); }, 64},
         {"concat_64_64_128", [] { return finish(net(64).concat("cat", {"input", "input"})); }, 128},
         {"add_64_64_128", [] { return finish(net(64).add("sum", {"input", "input"})); }, 128},
+        {"conv3x3_64_64_1024", [] { return finish(net(64).conv2d("conv", 64, 3).padding(1)); }, 1024, true},
+        {"conv3x3_128_128_512", [] { return finish(net(128).conv2d("conv", 128, 3).padding(1)); }, 512, true},
     };
 }
 
@@ -241,6 +244,7 @@ int main(int argc, char **argv) {
         register_kernel(name, k, opt, true);
     }
     for (const LayerCase &c : layer_cases()) {
+        if (c.long_only && !opt.long_run) continue;
         const Model m = c.model();
         bool has_weights = false;
         for (const auto &s : m.params()) has_weights |= s.trainable;
