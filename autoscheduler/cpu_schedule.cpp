@@ -254,6 +254,25 @@ bool conv_shaped(Func f) {
 // values are computed and never read.
 constexpr int kChunkBlocks = 8, kChannelGroup = 4;
 
+// A conv-shaped update's RVars, innermost first, shortest extent first
+// (ties keep their order): the taps inside, the channels outside, so the
+// rows a block reads stay in L1 across its taps. A forward conv's RDom is
+// already (kx, ky, ci); autodiff's gather for an input gradient puts the
+// output channels first, (co, kx, ky): run in that order, every tap swept
+// all channels' rows, 96 KiB per tap for 128 channels at 6 rows, twice L1
+// (conv 3x3 128->128 input gradient at 37% of peak, the forward at 83%).
+std::vector<std::string> reduction_by_extent(const Stage &s) {
+    std::vector<std::pair<int64_t, std::string>> rv;
+    for (const auto &r : s.get_schedule().rvars()) {
+        const auto e = Halide::Internal::as_const_int(Halide::Internal::simplify(r.extent));
+        rv.emplace_back(e ? *e : INT64_MAX, r.var);
+    }
+    std::stable_sort(rv.begin(), rv.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+    std::vector<std::string> out;
+    for (const auto &[e, name] : rv) out.push_back(name);
+    return out;
+}
+
 void schedule_conv(Func f, const Halide::Target &target) {
     const int width = target.natural_vector_size(f.type());
     const bool wide = has_32_vector_registers(target);
@@ -290,7 +309,7 @@ void schedule_conv(Func f, const Halide::Target &target) {
     f.vectorize(x).unroll(y).unroll(c);
     for (int k = 0; k < f.num_update_definitions(); k++) {
         std::vector<VarOrRVar> inner{x, c, y};
-        for (const auto &r : f.update(k).get_schedule().rvars()) inner.emplace_back(RVar(r.var));
+        for (const auto &r : reduction_by_extent(f.update(k))) inner.emplace_back(RVar(r));
         for (int i = 3; i < f.dimensions(); i++) inner.emplace_back(f.args()[i]);
         f.update(k).reorder(inner).vectorize(x).unroll(c).unroll(y);
     }
@@ -313,25 +332,36 @@ bool weight_grad_shaped(Func f) {
 }
 
 // Image x splits into vector lanes, rfactored into partial sums intm(u, kx,
-// ky, ci, co). intm is computed per kernel tap and block of 4 input x 4
-// output channels: 16 vector accumulators in a stack buffer of constant
-// size, which LLVM keeps in registers over the whole image while each
-// input vector feeds 4 FMAs and each output-gradient vector 4. Computed
-// per block of channels for all taps instead, the accumulators were
-// loaded and stored around every FMA (standalone conv 3x3 64->64 at 128^2,
-// one core: 52 GFLOP/s against 190 per tap). Parallel over output-channel
-// blocks (each task owns its slice of dw). Channels round up to whole
-// blocks, as in schedule_conv: the extra channels read sources clamped to
-// their channels (generators/kernels.cpp) and adjoints defined everywhere;
-// 4 divides every channel count but an image's 3, and the blocks unroll
-// without guards (unrolled with guarded tails, Halide took 65 s instead of
-// 14 to lower VGG16's backward kernel).
-constexpr int kNarrowVectors = 2;
+// ky, ci, co). intm is computed per row of kernel taps (all kx of one ky)
+// and block of 2 input x 4 output channels: 24 vector accumulators in a
+// stack buffer of constant size, which LLVM keeps in registers over the
+// whole image while each output-gradient vector feeds 6 FMAs and each
+// input row, loaded at the 3 shifts of its taps, 4. Per tap (4 x 4
+// channels, 16 accumulators) a block loaded 8 vectors for 16 FMAs and its
+// 4 + 4 channel planes were streamed again for each of the 9 taps: the
+// loads, not the FMAs, set its pace (conv 3x3 64->64 at 128^2: 46% of
+// peak). Computed per block of channels for all taps and rows at once, the
+// accumulators were loaded and stored around every FMA (standalone conv
+// 3x3 64->64 at 128^2, one core: 52 GFLOP/s against 190 per tap). Kernels
+// wider than 3 taps (a 7x7 stem) and those of unknown shape stay per tap.
+// Parallel over output-channel blocks (each task owns its slice of dw).
+// Channels round up to whole blocks, as in schedule_conv: the extra
+// channels read sources clamped to their channels (generators/kernels.cpp)
+// and adjoints defined everywhere; the blocks unroll without guards
+// (unrolled with guarded tails, Halide took 65 s instead of 14 to lower
+// VGG16's backward kernel).
+constexpr int kNarrowVectors = 2, kMaxFusedTaps = 3;
 
-void schedule_weight_grad(Func f, const Halide::Target &target) {
+void schedule_weight_grad(Func f, const Halide::Target &target, const std::vector<int> &extents) {
     const int width = target.natural_vector_size(f.type());
     const bool wide = has_32_vector_registers(target);
-    const int in_block = wide ? 4 : 2, out_block = 4;
+    // An image's 3 channels stay per tap in one block of 4: in blocks of 2
+    // they would round up to 4 all the same, and each output-gradient
+    // plane (a first layer's, 256^2 and larger) would stream from memory
+    // twice.
+    const bool fuse = extents.size() == 4 && extents[0] > 1 && extents[0] <= kMaxFusedTaps && extents[2] % 2 == 0;
+    const int taps = fuse ? extents[0] : 1;
+    const int out_block = 4, in_block = taps > 1 ? (wide ? 2 : 1) : (wide ? 4 : 2);
     f.compute_root();
     Stage s = f.update(0);
     bool constant = true;
@@ -351,28 +381,39 @@ void schedule_weight_grad(Func f, const Halide::Target &target) {
     f.update(0).split(ci, cio, cii, in_block, Halide::TailStrategy::RoundUp)
         .split(co, coo, coi, out_block, Halide::TailStrategy::RoundUp)
         .reorder(ri, cii, coi, kx, ky, cio, coo).parallel(coo);
-    intm.compute_at(f, kx).bound_storage(u, width).bound_storage(kx, 1).bound_storage(ky, 1)
+    intm.compute_at(f, taps > 1 ? ky : kx).bound_storage(u, width).bound_storage(kx, taps).bound_storage(ky, 1)
         .bound_storage(ci, in_block).bound_storage(co, out_block);
     intm.reorder_storage(u, kx, ky, ci, co).vectorize(u);  // rfactor stores u outermost
+    if (taps > 1) intm.bound(kx, 0, taps);  // a constant loop to unroll: the kernel's width
     // Row-major over the image (x vectors innermost, then rows): streams
     // that the hardware prefetches. Rows of at most kNarrowVectors vectors
     // (a deep layer's small image, a tile) run down the columns instead:
-    // each row's loop is then too short to keep the 16 accumulators in
+    // each row's loop is then too short to keep the accumulators in
     // registers (LLVM loads and stores them around every row, as the row
     // loop is split into a main part and a guarded tail).
-    std::vector<VarOrRVar> rows{u, ci, co, ro}, columns{u, ci, co};
+    // A tap loop stays out of the block unless unrolled (per tap, a loop
+    // of run-time extent 1 inside it cost 12%: conv 1x1 128->64).
+    std::vector<VarOrRVar> block_vars{u};
+    if (taps > 1) block_vars.push_back(kx);
+    block_vars.insert(block_vars.end(), {ci, co});
+    std::vector<VarOrRVar> rows = block_vars, columns = block_vars;
+    rows.push_back(ro);
     for (const auto &v : image) {
         if (v == r) continue;
         rows.emplace_back(RVar(v));
         columns.emplace_back(RVar(v));
-        if (columns.size() == 4) columns.emplace_back(ro);  // after image y
+        if (columns.size() == block_vars.size() + 1) columns.emplace_back(ro);  // after image y
     }
-    if (columns.size() > 4 && extent.defined())
-        intm.update(0).specialize(extent <= kNarrowVectors * width).reorder(columns).vectorize(u).unroll(ci).unroll(co);
-    intm.update(0).reorder(rows).vectorize(u).unroll(ci).unroll(co);
+    auto block = [&](Stage st) {
+        st.vectorize(u).unroll(ci).unroll(co);
+        if (taps > 1) st.unroll(kx);
+    };
+    if (columns.size() > block_vars.size() + 1 && extent.defined())
+        block(intm.update(0).specialize(extent <= kNarrowVectors * width).reorder(columns));
+    block(intm.update(0).reorder(rows));
     if (debug())
-        std::fprintf(stderr, "schedule_cpu: weight-gradient blocks %s: %d lanes x %d x %d\n", f.name().c_str(), width,
-                     in_block, out_block);
+        std::fprintf(stderr, "schedule_cpu: weight-gradient blocks %s: %d lanes x %d taps x %d x %d\n",
+                     f.name().c_str(), width, taps, in_block, out_block);
 }
 
 // Who calls whom: per Func, the number of call sites in every definition
@@ -523,29 +564,50 @@ std::vector<int> clamped_extents(const Halide::Internal::Function &f) {
     return out;
 }
 
+// Extents of a Func bounded to [0, e) in every dimension (Func::bound), or
+// empty.
+std::vector<int> bounded_extents(const Halide::Internal::Function &f) {
+    std::vector<int> out(f.args().size(), 0);
+    for (const auto &b : f.schedule().bounds()) {
+        const auto at = std::find(f.args().begin(), f.args().end(), b.var);
+        const auto e = b.extent.defined() ? Halide::Internal::as_const_int(b.extent) : std::nullopt;
+        if (at == f.args().end() || !b.min.defined() || !Halide::Internal::is_const_zero(b.min) || !e) return {};
+        out[at - f.args().begin()] = (int)*e;
+    }
+    for (int e : out)
+        if (e <= 0) return {};
+    return out;
+}
+
 // The parameter-shaped Funcs: each parameter's copy p_X, its adjoint
 // p_X_0_d_def__ and the gradient output grad_X, with their constant
-// extents where the copy states them. A kernel that computes a gradient
-// but never reads the parameter (the first layer's weights: no input
-// gradient) has no copy: its adjoint and gradient are listed with no
-// extents, so that they are not scheduled as tensors (a task per 3-wide row).
+// extents where the copy or the gradient output states them (segtile
+// clamps the copy and bounds the gradient). A kernel that computes a
+// gradient but never reads the parameter (the first layer's weights: no
+// input gradient) has no copy: its adjoint and gradient are listed all the
+// same, with no extents if nothing states them, so that they are not
+// scheduled as tensors (a task per 3-wide row).
 std::map<std::string, std::vector<int>> parameter_shapes(const std::map<std::string, Halide::Internal::Function> &env) {
     std::map<std::string, std::vector<int>> out;
     const std::string adjoint = "_0_d_def__";
+    auto ends_with = [](const std::string &s, const std::string &tail) {
+        return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    };
     for (const auto &[name, fn] : env) {
-        if (name.rfind("p_", 0) != 0) continue;
-        if (name.size() > adjoint.size() && name.compare(name.size() - adjoint.size(), adjoint.size(), adjoint) == 0) {
-            const std::string base = name.substr(2, name.size() - 2 - adjoint.size());
-            out.emplace(name, std::vector<int>{});  // kept if the copy states extents
-            out.emplace("grad_" + base, std::vector<int>{});
-            continue;
-        }
-        const auto e = clamped_extents(fn);
+        const bool copy = name.rfind("p_", 0) == 0 && !ends_with(name, adjoint), grad = name.rfind("grad_", 0) == 0;
+        const auto e = copy ? clamped_extents(fn) : grad ? bounded_extents(fn) : std::vector<int>{};
         if (e.empty()) continue;
-        out[name] = e;
-        out[name + adjoint] = e;
-        out["grad_" + name.substr(2)] = e;
+        const std::string base = name.substr(copy ? 2 : 5);
+        out["p_" + base] = e;
+        out["p_" + base + adjoint] = e;
+        out["grad_" + base] = e;
     }
+    for (const auto &[name, fn] : env)
+        if (name.rfind("p_", 0) == 0 && ends_with(name, adjoint)) {
+            const std::string base = name.substr(2, name.size() - 2 - adjoint.size());
+            out.emplace(name, std::vector<int>{});  // kept if stated above
+            out.emplace("grad_" + base, std::vector<int>{});
+        }
     return out;
 }
 
@@ -571,8 +633,9 @@ void schedule_func(Func f, bool output, const Halide::Target &target, const std:
         return;
     }
     if (weight_grad_shaped(f)) {
-        schedule_weight_grad(f, target);
-        schedule_parameter(f, width, param ? *param : std::vector<int>{});  // its zero init
+        const std::vector<int> extents = param ? *param : std::vector<int>{};
+        schedule_weight_grad(f, target, extents);
+        schedule_parameter(f, width, extents);  // its zero init
         return;
     }
     f.compute_root();

@@ -95,6 +95,7 @@ Built build_tensors(const Model &m, const std::vector<KernelArg> &sig, const Ker
 // Adjoints of the sources and trainable parameters, as named outputs.
 void add_gradients(const Model &m, const std::vector<KernelArg> &sig, const Built &b, const Halide::Derivative &d,
                    std::map<std::string, Func> &out) {
+    const auto specs = m.params();
     for (const auto &a : sig) {
         if (!a.output) continue;
         Func g;
@@ -102,7 +103,16 @@ void add_gradients(const Model &m, const std::vector<KernelArg> &sig, const Buil
         else if (a.name.rfind("grad_in_", 0) == 0) g = d(b.sources.at(a.tensor));
         else continue;
         if (!g.defined()) throw ModelError(m.source + ": no gradient reaches '" + a.name + "'");
-        out[a.name] = wrap(g, a.dims, a.name);
+        Func o = wrap(g, a.dims, a.name);
+        // A parameter's gradient bounded to its shape: it states the shape
+        // even where the kernel never reads the parameter's copy (a first
+        // layer's weights), and the CPU schedule blocks by it. (Clamped
+        // like the copy instead, its loops split at the clamps: conv 1x1
+        // 128->64 weight gradient 12% slower.)
+        if (a.param >= 0)
+            for (int i = 0; i < (int)specs[a.param].dims.size(); i++)
+                o.bound(o.args()[i], 0, (int)specs[a.param].dims[i]);
+        out[a.name] = o;
     }
     std::vector<Func> outs;
     for (const auto &[name, f] : out) outs.push_back(f);

@@ -99,12 +99,14 @@ Halide::Func pure_form(const Function &fn) {
     std::map<std::string, Expr> bare, clamped;
     Expr inside = Halide::Internal::const_true();
     for (const auto &rv : d.schedule().rvars()) {
-        int at = -1;
+        // At exactly one position: d(r.x, r.x) writes a diagonal, not a
+        // point per (x, y).
+        int at = -1, positions = 0;
         for (size_t i = 0; i < args.size(); i++) {
             const Variable *v = args[i].as<Variable>();
-            if (v && v->name == rv.var) at = (int)i;
+            if (v && v->name == rv.var) at = (int)i, positions++;
         }
-        if (at < 0) return {};
+        if (positions != 1) return {};
         const Expr x = Variable::make(Halide::Int(32), fn.args()[at]);
         bare[rv.var] = x;
         clamped[rv.var] = Halide::clamp(x, rv.min, rv.min + rv.extent - 1);
@@ -135,12 +137,17 @@ Halide::Func pure_form(const Function &fn) {
     return g;
 }
 
-}  // namespace
-
-int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs) {
+std::vector<Function> functions(const std::vector<Halide::Func> &outputs) {
     std::vector<Function> fs;
     for (const auto &f : outputs)
         if (f.defined()) fs.push_back(f.function());
+    return fs;
+}
+
+}  // namespace
+
+int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs) {
+    const std::vector<Function> fs = functions(outputs);
     auto env = build_environment(fs);
     std::vector<std::pair<Function, Function>> pure;  // (adjoint, its pure form)
     for (auto &[name, fn] : env) {
@@ -161,11 +168,8 @@ int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs) {
 }
 
 int unclamp_bounded_adjoints(const std::vector<Halide::Func> &outputs) {
-    std::vector<Function> fs;
-    for (const auto &f : outputs)
-        if (f.defined()) fs.push_back(f.function());
     int n = 0;
-    for (auto &[name, fn] : build_environment(fs))
+    for (auto &[name, fn] : build_environment(functions(outputs)))
         for (int k = 0; k < (int)fn.updates().size(); k++) n += unclamp(fn, k) ? 1 : 0;
     return n;
 }

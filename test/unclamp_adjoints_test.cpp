@@ -130,6 +130,23 @@ TEST(UnclampAdjoints, ZeroPlusOneInjectiveUpdateBecomesOnePureFunc) {
     EXPECT_EQ(result(11, 7, 1), 0.0);
 }
 
+// d(r, r) += v(r) writes a diagonal: one RVar at two LHS positions is
+// not a point per (x, y), so it keeps its zero fill and update, and the
+// result stays the diagonal (a pure form would fill every row).
+TEST(UnclampAdjoints, LeavesAnUpdateWritingOneRVarAtTwoPositions) {
+    Var x("x"), y("y");
+    Func v("v"), d("d"), out("out");
+    v(x) = Halide::cast<double>(x + 1);
+    d(x, y) = Halide::Internal::make_zero(Halide::Float(64));
+    Halide::RDom r(0, 4);
+    d(r, r) = d(r, r) + v(r);
+    out(x, y) = d(x, y);
+    EXPECT_EQ(pure_pointwise_adjoints({out}), 0);
+    Buffer<double> result = out.realize({4, 4});
+    EXPECT_EQ(result(2, 2), 3.0);
+    EXPECT_EQ(result(2, 1), 0.0);
+}
+
 TEST(UnclampAdjoints, LeavesScattersWhoseDroppedWritesAreNotZero) {
     const Buffer<double> in = random({12, 8, 2}, 3), w = random({18, 13, 2}, 4);
     Pipeline want = bounded_pipeline(in, w, false);
