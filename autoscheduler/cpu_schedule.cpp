@@ -253,6 +253,7 @@ bool conv_shaped(Func f) {
 // channels read parameter copies clamped to their extents; the extra
 // values are computed and never read.
 constexpr int kChunkBlocks = 8, kChannelGroup = 4;
+constexpr int64_t kChunkBudget = 512 * 1024;  // half of a 1 MiB L2: the rest for weights and outputs
 
 // A conv-shaped update's RVars, innermost first, shortest extent first
 // (ties keep their order): the taps inside, the channels outside, so the
@@ -271,6 +272,18 @@ std::vector<std::string> reduction_by_extent(const Stage &s) {
     std::vector<std::string> out;
     for (const auto &[e, name] : rv) out.push_back(name);
     return out;
+}
+
+// The input channels a conv-shaped Func reduces over: its longest
+// constant RVar (the taps are shorter but for a 1- or 2-channel input).
+int64_t reduction_channels(Func f) {
+    int64_t most = 1;
+    for (int k = 0; k < f.num_update_definitions(); k++)
+        for (const auto &r : f.update(k).get_schedule().rvars()) {
+            const auto e = Halide::Internal::as_const_int(Halide::Internal::simplify(r.extent));
+            if (e) most = std::max(most, *e);
+        }
+    return most;
 }
 
 void schedule_conv(Func f, const Halide::Target &target) {
@@ -293,8 +306,13 @@ void schedule_conv(Func f, const Halide::Target &target) {
     // The batch stays out of the parallel loop: fused with the guarded
     // channel groups, Halide's bound on it grew with their count (a
     // buffer of 3.5 GB for VGG16 at 256^2).
+    // A chunk is at most kChunkBudget of input rows: 8 blocks of 512
+    // input channels read 2.1 MiB (VGG16's conv4 at 1024^2), twice the L2.
+    const int chunk = std::clamp(kChunkBudget / std::max<int64_t>(1, int64_t(rows + 2) * width * reduction_channels(f) *
+                                                                          f.type().bytes()),
+                                 int64_t(1), int64_t(kChunkBlocks));
     Var xoo("xoo"), xoi("xoi"), coo("coo"), coi("coi");
-    block.split(xo, xoo, xoi, kChunkBlocks, kTail).split(co, coo, coi, kChannelGroup, kTail);
+    block.split(xo, xoo, xoi, (int)chunk, kTail).split(co, coo, coi, kChannelGroup, kTail);
     std::vector<VarOrRVar> order{xi, ci, yi, xoi, coi, xoo, yo, coo};
     std::vector<std::string> outer{yo.name(), coo.name()};
     for (int i = 3; i < f.dimensions(); i++) order.emplace_back(f.args()[i]);
@@ -313,7 +331,9 @@ void schedule_conv(Func f, const Halide::Target &target) {
         for (int i = 3; i < f.dimensions(); i++) inner.emplace_back(f.args()[i]);
         f.update(k).reorder(inner).vectorize(x).unroll(c).unroll(y);
     }
-    if (debug()) std::fprintf(stderr, "schedule_cpu: conv blocks %s: %d x %d x %d\n", f.name().c_str(), width, rows, channels);
+    if (debug())
+        std::fprintf(stderr, "schedule_cpu: conv blocks %s: %d x %d x %d, chunks of %d\n", f.name().c_str(), width, rows,
+                     channels, (int)chunk);
 }
 
 // A conv's weight gradient: dw(kx, ky, ci, co) += sum over image x, y and

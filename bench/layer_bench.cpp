@@ -41,7 +41,7 @@ struct LayerCase {
     std::string name;
     std::function<Model()> model;
     int size;
-    bool long_only = false;  // --long: VGG16's first layers at 1024^2, where a band of rows outgrows L2
+    bool long_only = false;  // --long: VGG16's layers at 1024^2 (conv1, conv2, conv4), where a band of rows outgrows L2
 };
 
 ModelBuilder net(int cin) { return ModelBuilder("layer", cin); }
@@ -66,6 +66,7 @@ std::vector<LayerCase> layer_cases() {
         {"add_64_64_128", [] { return finish(net(64).add("sum", {"input", "input"})); }, 128},
         {"conv3x3_64_64_1024", [] { return finish(net(64).conv2d("conv", 64, 3).padding(1)); }, 1024, true},
         {"conv3x3_128_128_512", [] { return finish(net(128).conv2d("conv", 128, 3).padding(1)); }, 512, true},
+        {"conv3x3_512_512_128", [] { return finish(net(512).conv2d("conv", 512, 3).padding(1)); }, 128, true},
     };
 }
 
