@@ -207,6 +207,12 @@ bool has_32_vector_registers(const Halide::Target &t) {
     return t.has_feature(Halide::Target::AVX512) || t.has_feature(Halide::Target::AVX512_Skylake);
 }
 
+// An RVar's extent if constant. Autodiff leaves extents such as
+// (63 - 0) + 1 unsimplified.
+std::optional<int64_t> constant_extent(const Halide::Internal::ReductionVariable &r) {
+    return Halide::Internal::as_const_int(Halide::Internal::simplify(r.extent));
+}
+
 // A convolution-shaped update: its LHS is the Func's own pure Vars in
 // order (x, y, c, ...) and its reduction is over at least three RVars of
 // constant extent (kernel taps and input channels): a forward conv, or
@@ -222,9 +228,8 @@ bool conv_update_shaped(Func f, int k) {
     }
     const auto rvars = f.update(k).get_schedule().rvars();
     if (rvars.size() < 3) return false;
-    // Autodiff leaves extents such as (63 - 0) + 1 unsimplified.
     for (const auto &r : rvars)
-        if (!Halide::Internal::is_const(Halide::Internal::simplify(r.extent))) return false;
+        if (!constant_extent(r)) return false;
     return true;
 }
 
@@ -265,7 +270,7 @@ constexpr int64_t kChunkBudget = 512 * 1024;  // half of a 1 MiB L2: the rest fo
 std::vector<std::string> reduction_by_extent(const Stage &s) {
     std::vector<std::pair<int64_t, std::string>> rv;
     for (const auto &r : s.get_schedule().rvars()) {
-        const auto e = Halide::Internal::as_const_int(Halide::Internal::simplify(r.extent));
+        const auto e = constant_extent(r);
         rv.emplace_back(e ? *e : INT64_MAX, r.var);
     }
     std::stable_sort(rv.begin(), rv.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
@@ -279,10 +284,8 @@ std::vector<std::string> reduction_by_extent(const Stage &s) {
 int64_t reduction_channels(Func f) {
     int64_t most = 1;
     for (int k = 0; k < f.num_update_definitions(); k++)
-        for (const auto &r : f.update(k).get_schedule().rvars()) {
-            const auto e = Halide::Internal::as_const_int(Halide::Internal::simplify(r.extent));
-            if (e) most = std::max(most, *e);
-        }
+        for (const auto &r : f.update(k).get_schedule().rvars())
+            if (const auto e = constant_extent(r)) most = std::max(most, *e);
     return most;
 }
 
