@@ -243,23 +243,6 @@ bool conv_shaped(Func f) {
     return true;
 }
 
-// A wrapper (f.in(), the one buffer consumers read) is computed at root in
-// blocks of `width` x-lanes x rows x channels; f itself is computed per
-// block, so its buffer is one block: after unrolling LLVM keeps it in
-// vector registers (rows x channels accumulators; 24 of AVX-512's 32) while
-// the reduction runs over taps and input channels. Each input vector
-// loaded then feeds `channels` FMAs and each broadcast weight `rows`.
-// Measured (conv 3x3 64->64 at 128^2, 2 cores): 63 GFLOP/s with f at root
-// and the same loop blocking (LLVM does not promote the accumulators),
-// 300 with this. x and y round up: a partial block scalarises, which
-// halved the rate at 100^2. Channels round up too. This relies on how
-// segtile builds its pipelines (generators/): the extra pixels read tensors
-// that are bounded (clamped) or adjoints defined everywhere, the extra
-// channels read parameter copies clamped to their extents; the extra
-// values are computed and never read.
-constexpr int kChunkBlocks = 8, kChannelGroup = 4;
-constexpr int64_t kChunkBudget = 512 * 1024;  // half of a 1 MiB L2: the rest for weights and outputs
-
 // A conv-shaped update's RVars, innermost first, shortest extent first
 // (ties keep their order): the taps inside, the channels outside, so the
 // rows a block reads stay in L1 across its taps. A forward conv's RDom is
@@ -288,6 +271,23 @@ int64_t reduction_channels(Func f) {
             if (const auto e = constant_extent(r)) most = std::max(most, *e);
     return most;
 }
+
+// A wrapper (f.in(), the one buffer consumers read) is computed at root in
+// blocks of `width` x-lanes x rows x channels; f itself is computed per
+// block, so its buffer is one block: after unrolling LLVM keeps it in
+// vector registers (rows x channels accumulators; 24 of AVX-512's 32) while
+// the reduction runs over taps and input channels. Each input vector
+// loaded then feeds `channels` FMAs and each broadcast weight `rows`.
+// Measured (conv 3x3 64->64 at 128^2, 2 cores): 63 GFLOP/s with f at root
+// and the same loop blocking (LLVM does not promote the accumulators),
+// 300 with this. x and y round up: a partial block scalarises, which
+// halved the rate at 100^2. Channels round up too. This relies on how
+// segtile builds its pipelines (generators/): the extra pixels read tensors
+// that are bounded (clamped) or adjoints defined everywhere, the extra
+// channels read parameter copies clamped to their extents; the extra
+// values are computed and never read.
+constexpr int kChunkBlocks = 8, kChannelGroup = 4;
+constexpr int64_t kChunkBudget = 512 * 1024;  // half of a 1 MiB L2: the rest for weights and outputs
 
 void schedule_conv(Func f, const Halide::Target &target) {
     const int width = target.natural_vector_size(f.type());
