@@ -1,0 +1,48 @@
+// The CPU schedule (autoscheduler/cpu_schedule.cpp) at shapes where its
+// blocking depends on the image: a weight gradient summed over several
+// bands of rows, the last one partial, and rows and channels that fill no
+// whole register block. The gradients equal the reference schedule's.
+#include <gtest/gtest.h>
+
+#include "generators/training_step.h"
+#include "test/layer_cases.h"
+#include "test/test_support.h"
+
+using namespace segtile;
+
+namespace {
+
+void expect_same_step(const Model &m, int W, int H, int N) {
+    std::mt19937 rng(5);
+    Halide::Buffer<double> image = segtile::testing::random_buffer({W, H, m.input_channels, N}, rng);
+    Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, W, H, N, rng);
+    auto params = segtile::testing::random_params(m, rng);
+    auto cpu = JitTrainingStep(m, Halide::Float(64), Schedule::Cpu).run(image, lt, params);
+    auto ref = JitTrainingStep(m, Halide::Float(64), Schedule::Reference).run(image, lt, params);
+    EXPECT_NEAR(cpu.loss, ref.loss, 1e-12 * std::abs(ref.loss));
+    Halide::Buffer<double> gi(cpu.grad_image), ri(ref.grad_image);
+    EXPECT_LE(segtile::testing::rel_diff(gi.begin(), ri.begin(), ri.number_of_elements()), 1e-10) << "image gradient";
+    const auto specs = m.params();
+    for (size_t p = 0; p < specs.size(); p++) {
+        if (!specs[p].trainable) continue;
+        Halide::Buffer<double> g(cpu.grads[p]), r(ref.grads[p]);
+        ASSERT_EQ(g.number_of_elements(), r.number_of_elements()) << specs[p].name;
+        EXPECT_LE(segtile::testing::rel_diff(g.begin(), r.begin(), r.number_of_elements()), 1e-10) << specs[p].name;
+    }
+}
+
+// 64 + 64 channels of float64 are 1 KiB per pixel column: an 8 MiB band
+// (kBandBytes) of a 2050-wide image is 3 rows, so 11 rows are bands of
+// 3, 3, 3 and 2; 2050 is no whole number of 8-lane vectors.
+TEST(CpuSchedule, WeightGradientInBandsOfRowsMatchesReference) {
+    expect_same_step(segtile::testing::conv_model(64, 64, 3, 1, 1, 1, 1, true), 2050, 11, 1);
+}
+
+// Channel counts that fill no whole block of 4 output channels (blocks
+// round up and read clamped copies), a batch of 2, a 1x1 kernel (per tap).
+TEST(CpuSchedule, PartialChannelBlocksMatchReference) {
+    expect_same_step(segtile::testing::conv_model(6, 7, 3, 1, 1, 1, 1, true), 21, 13, 2);
+    expect_same_step(segtile::testing::conv_model(10, 5, 1, 1, 0, 1, 1, false), 19, 9, 1);
+}
+
+}  // namespace
