@@ -68,7 +68,7 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
     key << model_text << '|' << p.width << 'x' << p.height << '|' << p.memory_cap << '|' << p.checkpoint_cap << '|'
         << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path()) << '|'
         << (threads ? threads : std::to_string(std::thread::hardware_concurrency())) << "|schedule "
-        << kCpuScheduleVersion << (p.target == "cuda" ? "|cuda" : "");
+        << kCpuScheduleVersion << "|planner " << kPlannerVersion << (p.target == "cuda" ? "|cuda" : "");
     std::ostringstream name;
     name << dir << "/" << m.name << "-" << p.width << "x" << p.height << "-" << std::hex
          << std::hash<std::string>{}(key.str()) << ".json";

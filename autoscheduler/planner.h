@@ -28,6 +28,10 @@
 
 namespace segtile {
 
+// Plans cached on disk (apps/executor_cache.cpp) key on this: bump it when
+// the search or its time and memory models change what it chooses.
+constexpr int kPlannerVersion = 2;  // 2: a layer's forward counted twice only where its backward needs it again
+
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for
 // it); with exact kernel memory it can exceed the true minimum slightly
@@ -49,7 +53,9 @@ struct TimeRates {
 struct PlanRequest {
     int64_t width = 0, height = 0;
     int batch = 1;               // images run one at a time; only the time scales
-    int64_t memory_cap = 0;      // working memory, bytes; 0: no cap (fewest cuts, largest tiles)
+    // Working memory, bytes; 0: no cap (the fastest plan: whole-extent tiles,
+    // cut where that saves recomputing a forward, docs/design.md).
+    int64_t memory_cap = 0;
     // The kernels run on a GPU and memory_cap caps device memory: what one
     // kernel call holds there (its segment's parameters, its input and
     // output windows, gradients and intermediates; runtime/device_memory.h

@@ -13,13 +13,16 @@ namespace segtile::bench {
 
 // Fills r.counters like run_compiled_step (bench/step_run.h), plus
 //   cap_bytes, predicted_peak_bytes, checkpoint_bytes, recompute_factor,
-//   segments, plan_seconds (planning, lowering included)
+//   segments, plan_seconds (planning, lowering included),
+//   seconds_first_step (a step whose buffers all come fresh from the
+//   system, as an epoch's first; seconds_per_step is the next one's)
 // peak_working_bytes counts the ledger's working memory (the executor's
 // tensors and every Halide allocation; the image and the checkpoint store
 // are reported apart). Throws PlanError when nothing fits the cap.
 struct CappedStepOptions {
     // A first, untimed step touches every buffer and starts Halide's thread
-    // pool; off for the scale run, where one step takes tens of minutes.
+    // pool, then two are timed (.cpp); off for the scale run, where one
+    // step takes tens of minutes and is timed alone.
     bool warm_up = true;
     std::string checkpoint_dir;  // "": the checkpoint store in memory
     bool progress = false;       // a line on stderr per segment run

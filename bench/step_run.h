@@ -18,7 +18,10 @@ struct StepConfig {
     int size = 256;     // square image, batch 1, float32
     Schedule schedule = Schedule::Cpu;
     PeerSchedule peer;  // for Schedule::Peer (its width/height are set from size)
-    // Steps repeat until this much time is spent (at least 1, at most max_steps).
+    // Steps repeat until this much time is spent (at least 2, at most
+    // max_steps). The first after the peaks are reset allocates every
+    // buffer fresh (reset_peaks empties the ledger's block cache; its time is
+    // seconds_first_step), later ones reuse them, as a training run's steps do.
     double min_seconds = 2;
     int max_steps = 10;
 };
