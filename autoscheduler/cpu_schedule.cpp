@@ -429,9 +429,10 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
         .reorder(order).parallel(coo);
     intm.compute_at(f, taps > 1 ? ky : kx).bound_storage(u, width).bound_storage(kx, taps).bound_storage(ky, 1)
         .bound_storage(ci, in_block).bound_storage(co, out_block);
-    if (banded) intm.bound_storage(band, 1);
-    if (banded) intm.reorder_storage(u, kx, ky, ci, co, band).vectorize(u);  // rfactor stores u outermost
-    else intm.reorder_storage(u, kx, ky, ci, co).vectorize(u);
+    // rfactor stores u outermost
+    if (banded) intm.bound_storage(band, 1).reorder_storage(u, kx, ky, ci, co, band);
+    else intm.reorder_storage(u, kx, ky, ci, co);
+    intm.vectorize(u);
     if (taps > 1) intm.bound(kx, 0, taps);  // a constant loop to unroll: the kernel's width
     // Row-major over the image (x vectors innermost, then rows): streams
     // that the hardware prefetches. Rows of at most kNarrowVectors vectors

@@ -108,7 +108,7 @@ void *MemoryLedger::cached_malloc(size_t bytes, size_t payload, bool halide) {
 }
 
 void *MemoryLedger::block_malloc(MemoryLedger *ledger, size_t bytes, bool halide) {
-    const size_t payload = ((bytes + kAlign - 1) / kAlign) * kAlign;
+    const size_t payload = round_up(bytes, kAlign);
     if (ledger && payload >= BlockCache::kMinBytes) return ledger->cached_malloc(bytes, payload, halide);
     void *base = system_alloc(kAlign + payload);
     if (!base) return nullptr;
