@@ -3,6 +3,7 @@
 #include "generators/layers/losses.h"
 #include "generators/model_graph.h"
 #include "generators/unclamp_adjoints.h"
+#include "generators/whole_vector_rows.h"
 #include "spec/region_map.h"
 
 namespace segtile {
@@ -118,6 +119,8 @@ void add_gradients(const Model &m, const std::vector<KernelArg> &sig, const Buil
     for (const auto &[name, f] : out) outs.push_back(f);
     unclamp_bounded_adjoints(outs);
     pure_pointwise_adjoints(outs);
+    // AVX-512's lanes (64 bytes), a multiple of AVX2's.
+    if (!outs.empty()) whole_vector_rows(outs, 64 / outs.front().type().bytes());
 }
 
 }  // namespace

@@ -45,4 +45,11 @@ TEST(CpuSchedule, PartialChannelBlocksMatchReference) {
     expect_same_step(segtile::testing::conv_model(10, 5, 1, 1, 0, 1, 1, false), 19, 9, 1);
 }
 
+// Rows narrower than a vector (a deep layer's 8x8 image, a small tile):
+// the weight gradient's rows round up to whole vectors
+// (generators/whole_vector_rows.h), the extra columns adding zeros.
+TEST(CpuSchedule, RowsNarrowerThanAVectorMatchReference) {
+    expect_same_step(segtile::testing::conv_model(8, 8, 3, 1, 1, 1, 1, true), 5, 6, 1);
+}
+
 }  // namespace
