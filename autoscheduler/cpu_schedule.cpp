@@ -416,8 +416,7 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
     RVar yo(rows_rvar + "_bo"), yi(rows_rvar + "_bi");
     if (banded) {
         const int64_t row_bytes = (extents[2] + extents[3]) * f.type().bytes();
-        const int64_t band_bytes = getenv("XBAND") ? atoll(getenv("XBAND")) : kBandBytes;
-        s.split(RVar(rows_rvar), yo, yi, Halide::max(1, int(band_bytes / row_bytes) / max(extent, 1)), kTail);
+        s.split(RVar(rows_rvar), yo, yi, Halide::max(1, int(kBandBytes / row_bytes) / max(extent, 1)), kTail);
         image[1] = yi.name();
     }
     Func intm = banded ? s.rfactor({{ri, u}, {yo, band}}) : s.rfactor(ri, u);
