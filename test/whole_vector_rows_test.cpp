@@ -8,6 +8,7 @@
 
 #include "autoscheduler/cpu_schedule.h"
 #include "generators/whole_vector_rows.h"
+#include "test/test_support.h"
 
 namespace segtile {
 namespace {
@@ -48,21 +49,14 @@ Gradient weight_gradient(const Buffer<double> &in, const Buffer<double> &dout, c
     return g;
 }
 
-Buffer<double> random(std::vector<int> dims, int seed) {
-    Buffer<double> b(dims);
-    std::mt19937 rng(seed);
-    std::normal_distribution<double> nd;
-    b.for_each_value([&](double &v) { v = nd(rng); });
-    return b;
-}
-
 Buffer<double> run(Gradient &g, int width) {
     g.width.set(width);
     return g.grad.realize({3, 2}, Halide::get_jit_target_from_environment());
 }
 
 TEST(WholeVectorRows, RowsOfWholeVectorsGiveTheSameGradient) {
-    const Buffer<double> in = random({23, 4}, 1), dout = random({21, 4, 2}, 2);
+    std::mt19937 rng(1);
+    const Buffer<double> in = testing::random_buffer({23, 4}, rng), dout = testing::random_buffer({21, 4, 2}, rng);
     for (int width : {3, 8, 13, 21}) {
         Gradient ref = weight_gradient(in, dout, "p_w_0_d_def__");
         Gradient got = weight_gradient(in, dout, "p_w_0_d_def__");
@@ -78,7 +72,8 @@ TEST(WholeVectorRows, RowsOfWholeVectorsGiveTheSameGradient) {
 }
 
 TEST(WholeVectorRows, LeavesOtherReductionsAlone) {
-    const Buffer<double> in = random({23, 4}, 1), dout = random({21, 4, 2}, 2);
+    std::mt19937 rng(1);
+    const Buffer<double> in = testing::random_buffer({23, 4}, rng), dout = testing::random_buffer({21, 4, 2}, rng);
     Gradient tensor = weight_gradient(in, dout, "l_conv_0_d_def__");  // not a parameter's adjoint
     EXPECT_EQ(whole_vector_rows({tensor.grad}, 8), 0);
 }
