@@ -676,7 +676,28 @@ void schedule_parameter(Func f, int width, const std::vector<int> &extents) {
     if (f.dimensions() > 1) parallelise(f, {f.args().back().name()});
 }
 
-constexpr int kRowsPerTask = 16;
+constexpr int kRowsPerTask = 16, kChannelsPerTask = 16;
+
+// Parallel tasks of blocks of kRowsPerTask rows times kChannelsPerTask
+// channels over a tensor's pure Vars `par` (innermost first: y, c, n), the
+// outer parts fused into one parallel loop. A task per row, or per block
+// of rows of one channel, cost more in the thread pool than its work where
+// planes are small and channels many: a task of 8 rows of 8 pixels for
+// each of the 512 channels of Darknet19's pool5 at 256^2 (docs/design.md).
+std::string parallel_blocks(Stage s, const Func &f, std::vector<std::string> par) {
+    if (f.dimensions() < 2 || par.empty() || par[0] != f.args()[1].name()) return parallelise(s, par);
+    const std::string y = par[0];
+    Var yo(y + "_to"), yi(y + "_ti");
+    s.split(Var(y), yo, yi, kRowsPerTask, kTail);
+    par[0] = yo.name();
+    if (par.size() > 1 && f.dimensions() > 2 && par[1] == f.args()[2].name()) {
+        const std::string c = par[1];
+        Var co(c + "_go"), ci(c + "_gi");
+        s.split(Var(c), co, ci, kChannelsPerTask, kTail).reorder(yi, ci, yo, co);
+        par[1] = co.name();
+    }
+    return parallelise(s, par);
+}
 
 // `output`: f is a pipeline output, which a wrapper would not replace.
 // `param`: f's entry in parameter_shapes, null for a tensor.
@@ -701,13 +722,8 @@ void schedule_func(Func f, bool output, const Halide::Target &target, const std:
         // weight gradient copy, 4 ms for 2.4 MiB).
         vectorise(f, f.args()[0].name(), width);
         std::vector<std::string> outer;
-        if (f.dimensions() > 1) {
-            const std::string y = f.args()[1].name();
-            f.split(Var(y), Var(y + "_to"), Var(y + "_ti"), kRowsPerTask, kTail);
-            outer.push_back(y + "_to");
-            for (int i = 2; i < f.dimensions(); i++) outer.push_back(f.args()[i].name());
-        }
-        parallelise(f, outer);
+        for (int i = 1; i < f.dimensions(); i++) outer.push_back(f.args()[i].name());
+        parallel_blocks(f, f, outer);
     }
     for (int k = 0; k < f.num_update_definitions(); k++) {
         const auto lhs = f.update_args(k);
@@ -742,7 +758,9 @@ void schedule_func(Func f, bool output, const Halide::Target &target, const std:
         if (!safe.empty() && !safe[0].empty()) vectorise(f.update(k), safe[0], width);
         else if (!r0.empty())
             f.update(k).split(RVar(r0), RVar(r0 + "_vo"), RVar(r0 + "_vi"), width, kTail).vectorize(RVar(r0 + "_vi"));
-        const std::string fused = parallelise(f.update(k), rest);
+        // Without partials, in blocks of rows and channels as the pure
+        // definition; the partials are computed per task of the fused loop.
+        const std::string fused = intm.defined() ? parallelise(f.update(k), rest) : parallel_blocks(f.update(k), f, rest);
         // The rfactor partials per iteration of that parallel loop (one row
         // of a weight gradient), not `width` copies of the whole gradient.
         if (intm.defined() && !fused.empty()) intm.compute_at(f, Var(fused));

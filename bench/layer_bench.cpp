@@ -61,6 +61,8 @@ std::vector<LayerCase> layer_cases() {
         {"conv1x1_stride2_64_128_128", [] { return finish(net(64).conv2d("conv", 128, 1).stride(2)); }, 128},
         {"conv1x1_128_64_64", [] { return finish(net(128).conv2d("conv", 64, 1)); }, 64},
         {"maxpool2x2_64_128", [] { return finish(net(64).max_pool("pool", 2)); }, 128},
+        // Darknet19's pool5 at 256^2: many channels of small planes.
+        {"maxpool2x2_512_16", [] { return finish(net(512).max_pool("pool", 2)); }, 16},
         {"relu_64_128", [] { return finish(net(64).relu("relu")); }, 128},
         {"batchnorm_64_128", [] { return finish(net(64).batch_norm("bn")); }, 128},
         {"upsample2x_64_64", [] { return finish(net(64).upsample("up", 2)); }, 64},

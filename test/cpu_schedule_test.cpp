@@ -52,4 +52,20 @@ TEST(CpuSchedule, RowsNarrowerThanAVectorMatchReference) {
     expect_same_step(segtile::testing::conv_model(8, 8, 3, 1, 1, 1, 1, true), 5, 6, 1);
 }
 
+// Pointwise layers, pools and joins run in parallel tasks of 16 rows x 16
+// channels: 20 and 40 channels and 38 rows fill no whole task, the pool's
+// and upsample's planes are half and twice the size, the batch is 2.
+TEST(CpuSchedule, PartialTasksOfRowsAndChannelsMatchReference) {
+    const Model m = segtile::testing::net(20)
+                        .conv2d("c1", 20, 3).padding(1)
+                        .relu("r")
+                        .max_pool("pool", 2)
+                        .upsample("up", 2)
+                        .concat("cat", {"r", "up"})
+                        .conv2d("c2", 3, 1)
+                        .loss(LossKind::MeanSquaredError)
+                        .build();
+    expect_same_step(m, 34, 38, 2);
+}
+
 }  // namespace
