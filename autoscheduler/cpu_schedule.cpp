@@ -717,7 +717,7 @@ void schedule_func(Func f, bool output, const Halide::Target &target, const std:
     if (f.dimensions() > 0 && param) schedule_parameter(f, width, *param);
     else if (f.dimensions() > 0) {
         // Parallel tasks big enough to outweigh the thread pool's cost per
-        // task: blocks of rows (all of y, c, n fused made a task per row:
+        // task: blocks of rows and channels (all of y, c, n fused made a task per row:
         // 2 to 8 vectors, and a task per 3-element row of VGG16's 512->512
         // weight gradient copy, 4 ms for 2.4 MiB).
         vectorise(f, f.args()[0].name(), width);

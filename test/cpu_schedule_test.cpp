@@ -1,7 +1,8 @@
 // The CPU schedule (autoscheduler/cpu_schedule.cpp) at shapes where its
 // blocking depends on the image: a weight gradient summed over several
-// bands of rows, the last one partial, and rows and channels that fill no
-// whole register block. The gradients equal the reference schedule's.
+// bands of rows, the last one partial, rows and channels that fill no
+// whole register block, and no whole parallel task. The gradients equal
+// the reference schedule's.
 #include <gtest/gtest.h>
 
 #include "generators/training_step.h"
