@@ -54,7 +54,7 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
         std::fprintf(stderr, "compiled %zu segments in %.1f s\n", plan.segments.size(), compile_seconds);
         exec.set_trace([&](const ExecutorEvent &e) {
             if (e.category != "segment") return;
-            std::fprintf(stderr, "%s: %.1f s (working peak so far %s)\n", e.name.c_str(),
+            std::fprintf(stderr, "%s: %.3f s (working peak so far %s)\n", e.name.c_str(),
                          std::chrono::duration<double>(e.end - e.start).count(),
                          format_bytes(ledger.peak(MemoryLedger::Kind::Working)).c_str());
         });

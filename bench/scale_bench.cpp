@@ -8,7 +8,7 @@
 // (bench/capped_step.h).
 //
 //   scale_bench [--peak_gflops=X] [--model=darknet19] [--size=16384] \
-//       [--cap=1GiB] [--checkpoint_dir=DIR] \
+//       [--cap=1GiB] [--checkpoint_dir=DIR] [--warm_up] \
 //       --benchmark_out=bench/results/scale.json --benchmark_out_format=json
 //
 // DIR defaults to a fresh folder under $TMPDIR (or /tmp), removed after the
@@ -36,6 +36,7 @@ struct ScaleOptions {
     int size = 16384;
     std::string cap = "1GiB";
     std::string checkpoint_dir;  // "": a temporary folder
+    bool warm_up = false;
 };
 
 // Takes this suite's own flags out of argv, as parse_bench_options does.
@@ -49,6 +50,7 @@ ScaleOptions parse_scale_options(int *argc, char **argv) {
         else if (a.rfind("--size=", 0) == 0) o.size = std::stoi(value("--size="));
         else if (a.rfind("--cap=", 0) == 0) o.cap = value("--cap=");
         else if (a.rfind("--checkpoint_dir=", 0) == 0) o.checkpoint_dir = value("--checkpoint_dir=");
+        else if (a == "--warm_up") o.warm_up = true;
         else argv[kept++] = argv[i];
     }
     *argc = kept;
@@ -73,7 +75,7 @@ int main(int argc, char **argv) {
     benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State &state) {
         for (auto _ : state) {
             CappedStepOptions co;
-            co.warm_up = false;
+            co.warm_up = so.warm_up;
             co.checkpoint_dir = so.checkpoint_dir;
             co.progress = true;
             // No time limit beyond the suite's flag: the run is the point.
