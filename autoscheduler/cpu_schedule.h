@@ -15,7 +15,7 @@ namespace segtile {
 
 // Plans cached on disk were sized with the schedule's own allocations:
 // bump this when they change, so that old plans are not reused.
-constexpr int kCpuScheduleVersion = 14;  // 14: parallel tasks of 16 rows x 16 channels; 13: parameter gradients over rows of whole vectors (generators/whole_vector_rows.h), weight-gradient lane sums as independent chains; 12: conv channel groups inside row bands, weight gradients by bands of rows; 11: conv chunks sized by input channels; 10: conv reductions taps innermost, weight gradients by rows of taps; 9: conv blocks in chunks along x by groups of channel blocks; 8: narrow weight gradients by columns, first-layer gradients as parameters; 7: parallel tasks of row blocks, parameter rows as wide as they are; 6: pointwise reads of updates inlined; 5: strided convs by phase
+constexpr int kCpuScheduleVersion = 15;  // 15: max pools' adjoints in pure form (generators/unclamp_adjoints.h), their argmax at root; 14: parallel tasks of 16 rows x 16 channels; 13: parameter gradients over rows of whole vectors (generators/whole_vector_rows.h), weight-gradient lane sums as independent chains; 12: conv channel groups inside row bands, weight gradients by bands of rows; 11: conv chunks sized by input channels; 10: conv reductions taps innermost, weight gradients by rows of taps; 9: conv blocks in chunks along x by groups of channel blocks; 8: narrow weight gradients by columns, first-layer gradients as parameters; 7: parallel tasks of row blocks, parameter rows as wide as they are; 6: pointwise reads of updates inlined; 5: strided convs by phase
 
 void schedule_cpu(const std::vector<Halide::Func> &outputs, const Halide::Target &target);
 

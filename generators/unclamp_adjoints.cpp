@@ -1,6 +1,7 @@
 #include "generators/unclamp_adjoints.h"
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace segtile {
@@ -83,6 +84,37 @@ bool unclamp(Function &fn, int k) {
     return true;
 }
 
+// An LHS argument s * r + q with r, q RVars, s > 0 a constant and q's
+// extent s: autodiff's scatter for a gather over non-overlapping windows
+// of stride s (a 2x2 max pool's adjoint: d_in(2 r.x + r.z, ...) += ...).
+using RVars = std::map<std::string, const ReductionVariable *>;
+
+// e if it is one of `rvars`, else null.
+const ReductionVariable *as_rvar(const Expr &e, const RVars &rvars) {
+    const Variable *v = e.as<Variable>();
+    auto it = v ? rvars.find(v->name) : rvars.end();
+    return it == rvars.end() ? nullptr : it->second;
+}
+
+struct StridedWindow {
+    const ReductionVariable *r = nullptr, *q = nullptr;
+    int stride = 0;
+};
+
+StridedWindow strided_window(const Expr &e, const RVars &rvars) {
+    StridedWindow w;
+    const Add *add = e.as<Add>();
+    if (!add) return w;
+    for (const auto &[scaled, offset] : {std::make_pair(add->a, add->b), std::make_pair(add->b, add->a)}) {
+        const Mul *mul = scaled.as<Mul>();
+        const ReductionVariable *r = mul ? as_rvar(mul->a, rvars) : nullptr, *q = as_rvar(offset, rvars);
+        const std::optional<int64_t> s = mul ? as_const_int(mul->b) : std::nullopt;
+        const std::optional<int64_t> extent = q ? as_const_int(simplify(q->extent)) : std::nullopt;
+        if (r && q && r != q && s && *s > 0 && extent && *extent == *s) return {r, q, (int)*s};
+    }
+    return w;
+}
+
 // The pure form of fn (see the header), or an undefined Func.
 Halide::Func pure_form(const Function &fn) {
     if (fn.outputs() != 1 || fn.updates().size() != 1 || !is_const_zero(fn.definition().values()[0])) return {};
@@ -94,28 +126,42 @@ Halide::Func pure_form(const Function &fn) {
     if (!self || self->call_type != Call::Halide || self->name != fn.name()) return {};
     for (size_t i = 0; i < args.size(); i++)
         if (!equal(self->args[i], args[i])) return {};
-    // Every LHS argument a bare RVar or the pure Var of its position, every
-    // RVar in the LHS: each point of the domain writes its own element.
+    // Every LHS argument the pure Var of its position, a bare RVar, or a
+    // window s * r + q (q an RVar of extent s: each element once), every
+    // RVar in exactly one argument: each point of the domain writes its
+    // own element. Decoded, r and q are functions of the pure Var x there.
+    RVars rvars;
+    for (const auto &rv : d.schedule().rvars()) rvars[rv.var] = &rv;
     std::map<std::string, Expr> bare, clamped;
     Expr inside = Halide::Internal::const_true();
-    for (const auto &rv : d.schedule().rvars()) {
-        // At exactly one position: d(r.x, r.x) writes a diagonal, not a
-        // point per (x, y).
-        int at = -1, positions = 0;
-        for (size_t i = 0; i < args.size(); i++) {
-            const Variable *v = args[i].as<Variable>();
-            if (v && v->name == rv.var) at = (int)i, positions++;
-        }
-        if (positions != 1) return {};
-        const Expr x = Variable::make(Halide::Int(32), fn.args()[at]);
-        bare[rv.var] = x;
-        clamped[rv.var] = Halide::clamp(x, rv.min, rv.min + rv.extent - 1);
-        inside = inside && rv.min <= x && x < rv.min + rv.extent;
+    auto decode = [&](const ReductionVariable &r, const Expr &value) {
+        bare[r.var] = value;
+        clamped[r.var] = Halide::clamp(value, r.min, r.min + r.extent - 1);
+        inside = inside && r.min <= value && value < r.min + r.extent;
+    };
+    for (const auto &[name, rv] : rvars) {
+        int uses = 0;
+        for (const auto &a : args) uses += expr_uses_var(a, name);
+        if (uses > 1) return {};  // d(r.x, r.x) writes a diagonal, not a point per (x, y)
     }
     for (size_t i = 0; i < args.size(); i++) {
-        const Variable *v = args[i].as<Variable>();
-        if (!v || (!bare.count(v->name) && v->name != fn.args()[i])) return {};
+        const Expr x = Variable::make(Halide::Int(32), fn.args()[i]);
+        if (const ReductionVariable *r = as_rvar(args[i], rvars)) {
+            decode(*r, x);
+            continue;
+        }
+        if (const Variable *v = args[i].as<Variable>()) {
+            if (v->name != fn.args()[i]) return {};
+            continue;
+        }
+        const StridedWindow w = strided_window(args[i], rvars);
+        if (!w.r) return {};
+        // x = s * r + q, q in [q0, q0 + s): r = (x - q0) / s, q = q0 + (x - q0) % s.
+        const Expr from = x - w.q->min;
+        decode(*w.r, from / w.stride);
+        bare[w.q->var] = clamped[w.q->var] = w.q->min + from % w.stride;
     }
+    if (bare.size() != rvars.size()) return {};
     struct CallsSelf : IRVisitor {
         std::string name;
         bool found = false;

@@ -29,7 +29,10 @@ int unclamp_bounded_adjoints(const std::vector<Halide::Func> &outputs);
 //   d_f'(x, y, c, n) = select(x, y in r's ranges && pred, inc(clamp(x), clamp(y), c, n), 0)
 // (the clamps keep every read where the update read): one pass over
 // memory instead of two (zero fill, then add), and inlined where it is
-// read once. Calls to every such Func among those `outputs` call (not an
+// read once. An LHS argument may also be a window s * r.x + r.z with r.z
+// of extent s, the scatter of a gather over non-overlapping windows (a
+// 2x2 max pool's adjoint): r.x = x / s and r.z = x % s then, one pure pass
+// instead of a zero fill and s^2 strided ones. Calls to every such Func among those `outputs` call (not an
 // output itself) are redirected to its pure form; returns how many.
 int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs);
 

@@ -3,13 +3,15 @@
 // the unrewritten ones (float64; only zero additions go, so they differ by
 // no more than the vectorised schedule's rounding), then one pure Func
 // with the same gradients, and updates whose dropped writes would not add
-// zero are left alone.
+// zero are left alone. A max pool's adjoint over non-overlapping windows
+// becomes one pure Func too; over overlapping ones it stays a scatter.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "autoscheduler/cpu_schedule.h"
+#include "generators/layers/pooling.h"
 #include "generators/unclamp_adjoints.h"
 
 namespace segtile {
@@ -159,6 +161,63 @@ TEST(UnclampAdjoints, LeavesScattersWhoseDroppedWritesAreNotZero) {
     // collect the writes of every clamped point beyond them.
     EXPECT_DOUBLE_EQ(result(9, 3, 1), expected(9, 3, 1));
     EXPECT_NE(expected(9, 3, 1), 0.0);
+}
+
+// in (W, H, C) max-pooled (kernel k, stride s), the loss sums w * out^2:
+// the input's gradient through autodiff's scatter for the pool.
+Func pooled_gradient(const Buffer<double> &in, const Buffer<double> &w, int k, int s, int out_w, int out_h) {
+    Var x("x"), y("y"), c("c"), n("n");
+    Func src("src");
+    src(x, y, c, n) = in(Halide::clamp(x, 0, in.width() - 1), Halide::clamp(y, 0, in.height() - 1), c);
+    Layer l;
+    l.kind = LayerKind::MaxPool;
+    l.kernel = k;
+    l.stride = s;
+    const Func out = layers::max_pool(src, l, in.width(), in.height(), Halide::Float(64), "pool");
+    Halide::RDom r(0, out_w, 0, out_h, 0, in.channels());
+    Func loss("loss");
+    loss() = Halide::Internal::make_zero(Halide::Float(64));
+    const Expr o = out(r.x, r.y, r.z, 0);
+    loss() += w(r.x, r.y, r.z) * o * o;
+    Func grad("grad");
+    grad(x, y, c) = Halide::propagate_adjoints(loss)(src)(x, y, c, 0);
+    return grad;
+}
+
+// Funcs with update definitions among those f reaches.
+int funcs_with_updates(const Func &f) {
+    int n = 0;
+    for (const auto &[name, fn] : Halide::Internal::build_environment({f.function()})) n += !fn.updates().empty();
+    return n;
+}
+
+TEST(UnclampAdjoints, MaxPoolOverNonOverlappingWindowsBecomesOnePureFunc) {
+    // 2x2 stride 2 over 13 x 10: the last column is in no window (gradient 0).
+    const Buffer<double> in = random({13, 10, 3}, 7), w = random({6, 5, 3}, 8);
+    Buffer<double> expected = pooled_gradient(in, w, 2, 2, 6, 5).realize({13, 10, 3});
+    Func got = pooled_gradient(in, w, 2, 2, 6, 5);
+    const int before = funcs_with_updates(got);
+    EXPECT_EQ(pure_pointwise_adjoints({got}), 1);
+    EXPECT_EQ(funcs_with_updates(got), before - 1) << "the pool's scatter is gone";
+    schedule_cpu({got}, Halide::get_jit_target_from_environment());
+    Buffer<double> result = got.realize({13, 10, 3});
+    EXPECT_EQ(elements_differing(result, expected), 0);
+    // One tap per window gets the gradient (2 w out, nonzero), the rest 0.
+    int nonzero = 0;
+    result.for_each_value([&](double v) { nonzero += v != 0.0; });
+    EXPECT_EQ(nonzero, 6 * 5 * 3);
+    for (int y = 0; y < 10; y++) EXPECT_EQ(result(12, y, 0), 0.0);
+}
+
+TEST(UnclampAdjoints, LeavesMaxPoolOverOverlappingWindows) {
+    // 3x3 stride 2: a pixel can be the maximum of two windows, its
+    // gradient the sum of both; a pure form would keep one.
+    const Buffer<double> in = random({11, 9, 2}, 9), w = random({5, 4, 2}, 10);
+    Buffer<double> expected = pooled_gradient(in, w, 3, 2, 5, 4).realize({11, 9, 2});
+    Func got = pooled_gradient(in, w, 3, 2, 5, 4);
+    EXPECT_EQ(pure_pointwise_adjoints({got}), 0);
+    Buffer<double> result = got.realize({11, 9, 2});
+    EXPECT_EQ(elements_differing(result, expected), 0);
 }
 
 }  // namespace
