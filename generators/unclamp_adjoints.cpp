@@ -84,9 +84,6 @@ bool unclamp(Function &fn, int k) {
     return true;
 }
 
-// An LHS argument s * r + q with r, q RVars, s > 0 a constant and q's
-// extent s: autodiff's scatter for a gather over non-overlapping windows
-// of stride s (a 2x2 max pool's adjoint: d_in(2 r.x + r.z, ...) += ...).
 using RVars = std::map<std::string, const ReductionVariable *>;
 
 // e if it is one of `rvars`, else null.
@@ -96,6 +93,9 @@ const ReductionVariable *as_rvar(const Expr &e, const RVars &rvars) {
     return it == rvars.end() ? nullptr : it->second;
 }
 
+// An LHS argument s * r + q with r, q RVars, s > 0 a constant and q's
+// extent s: autodiff's scatter for a gather over non-overlapping windows
+// of stride s (a 2x2 max pool's adjoint: d_in(2 r.x + r.z, ...) += ...).
 struct StridedWindow {
     const ReductionVariable *r = nullptr, *q = nullptr;
     int stride = 0;
