@@ -4,6 +4,8 @@
 #include <random>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "generators/jit_kernel.h"
@@ -84,16 +86,29 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     // the second faults in every page of its buffers (VGG16 at 1024^2
     // untiled: 2.7 GB). Both times are reported. Without warm_up (the scale
     // run) the one step is timed.
+    // Minor page faults per step: pages the step touched for the first
+    // time (fresh blocks; with huge pages one fault per 2 MiB). A steady
+    // step that still faults is not reusing its buffers (runtime/block_cache.h).
+    auto minor_faults = [] {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);
+        return (double)u.ru_minflt;
+    };
+    double faults = 0;
     auto timed_step = [&] {
+        const double f0 = minor_faults();
         const auto t = clock::now();
         exec.step(image, labels, params);
-        return std::chrono::duration<double>(clock::now() - t).count();
+        const double dt = std::chrono::duration<double>(clock::now() - t).count();
+        faults = minor_faults() - f0;
+        return dt;
     };
     if (opt.warm_up) {
         exec.step(image, labels, params);
         ledger.reset_peaks();
     }
     const double cold_seconds = timed_step();
+    const double cold_faults = faults;
     const double seconds = opt.warm_up ? timed_step() : cold_seconds;
     const double flops = training_step_flops(m, size, size);
     r.counters["cap_bytes"] = (double)cap_bytes;
@@ -107,6 +122,8 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     r.counters["compile_seconds"] = compile_seconds;
     r.counters["seconds_per_step"] = seconds;
     r.counters["seconds_first_step"] = cold_seconds;
+    r.counters["minor_faults_per_step"] = faults;
+    r.counters["minor_faults_first_step"] = cold_faults;
     r.counters["steps"] = 1;
     r.counters["step_gflop"] = flops * 1e-9;
     r.counters["gflops"] = flops / seconds * 1e-9;

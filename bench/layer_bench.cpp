@@ -45,6 +45,13 @@ struct LayerCase {
 };
 
 ModelBuilder net(int cin) { return ModelBuilder("layer", cin); }
+ModelBuilder darknet_block(int cin, int mid, int kernel, int cout) {
+    return net(cin)
+        .conv2d("conv1", mid, kernel).padding(kernel / 2).bias(false)
+        .batch_norm("bn1")
+        .leaky_relu("lrelu1", 0.1)
+        .conv2d("conv2", cout, 3).padding(1).bias(false);
+}
 Model finish(ModelBuilder b) { return b.loss(LossKind::MeanSquaredError).build(); }
 
 std::vector<LayerCase> layer_cases() {
@@ -68,6 +75,11 @@ std::vector<LayerCase> layer_cases() {
         {"upsample2x_64_64", [] { return finish(net(64).upsample("up", 2)); }, 64},
         {"concat_64_64_128", [] { return finish(net(64).concat("cat", {"input", "input"})); }, 128},
         {"add_64_64_128", [] { return finish(net(64).add("sum", {"input", "input"})); }, 128},
+        // Darknet19's blocks as one segment (conv, frozen batch norm, leaky
+        // ReLU 0.1, conv; no bias): what compute_at fusion inside a tile
+        // changes. FLOPs count each part's own (not the recomputed forward).
+        {"block_conv3x3_bn_lrelu_conv3x3_64_512", [] { return finish(darknet_block(64, 64, 3, 64)); }, 512},
+        {"block_conv1x1_bn_lrelu_conv3x3_128_64_256", [] { return finish(darknet_block(128, 64, 1, 128)); }, 256},
         {"conv3x3_64_64_1024", [] { return finish(net(64).conv2d("conv", 64, 3).padding(1)); }, 1024, true},
         {"conv3x3_128_128_512", [] { return finish(net(128).conv2d("conv", 128, 3).padding(1)); }, 512, true},
         {"conv3x3_512_512_128", [] { return finish(net(512).conv2d("conv", 512, 3).padding(1)); }, 128, true},
