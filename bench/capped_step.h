@@ -15,7 +15,9 @@ namespace segtile::bench {
 //   cap_bytes, predicted_peak_bytes, checkpoint_bytes, recompute_factor,
 //   segments, plan_seconds (planning, lowering included),
 //   seconds_first_step (a step whose buffers all come fresh from the
-//   system, as an epoch's first; seconds_per_step is the next one's)
+//   system, as an epoch's first; seconds_per_step is the next one's),
+//   minor_faults_first_step and minor_faults_per_step (pages each step
+//   touched fresh: buffers not reused, checkpoints read back from files)
 // peak_working_bytes counts the ledger's working memory (the executor's
 // tensors and every Halide allocation; the image and the checkpoint store
 // are reported apart). Throws PlanError when nothing fits the cap.
