@@ -94,22 +94,23 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
         getrusage(RUSAGE_SELF, &u);
         return (double)u.ru_minflt;
     };
-    double faults = 0;
+    struct Timed {
+        double seconds, faults;
+    };
     auto timed_step = [&] {
         const double f0 = minor_faults();
         const auto t = clock::now();
         exec.step(image, labels, params);
         const double dt = std::chrono::duration<double>(clock::now() - t).count();
-        faults = minor_faults() - f0;
-        return dt;
+        return Timed{dt, minor_faults() - f0};
     };
     if (opt.warm_up) {
         exec.step(image, labels, params);
         ledger.reset_peaks();
     }
-    const double cold_seconds = timed_step();
-    const double cold_faults = faults;
-    const double seconds = opt.warm_up ? timed_step() : cold_seconds;
+    const Timed cold = timed_step();
+    const Timed steady = opt.warm_up ? timed_step() : cold;
+    const double cold_seconds = cold.seconds, seconds = steady.seconds;
     const double flops = training_step_flops(m, size, size);
     r.counters["cap_bytes"] = (double)cap_bytes;
     r.counters["predicted_peak_bytes"] = (double)plan.peak_bytes;
@@ -122,8 +123,8 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     r.counters["compile_seconds"] = compile_seconds;
     r.counters["seconds_per_step"] = seconds;
     r.counters["seconds_first_step"] = cold_seconds;
-    r.counters["minor_faults_per_step"] = faults;
-    r.counters["minor_faults_first_step"] = cold_faults;
+    r.counters["minor_faults_per_step"] = steady.faults;
+    r.counters["minor_faults_first_step"] = cold.faults;
     r.counters["steps"] = 1;
     r.counters["step_gflop"] = flops * 1e-9;
     r.counters["gflops"] = flops / seconds * 1e-9;
