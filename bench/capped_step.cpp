@@ -110,7 +110,6 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     }
     const Timed cold = timed_step();
     const Timed steady = opt.warm_up ? timed_step() : cold;
-    const double cold_seconds = cold.seconds, seconds = steady.seconds;
     const double flops = training_step_flops(m, size, size);
     r.counters["cap_bytes"] = (double)cap_bytes;
     r.counters["predicted_peak_bytes"] = (double)plan.peak_bytes;
@@ -121,14 +120,14 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     r.counters["segments"] = (double)plan.segments.size();
     r.counters["plan_seconds"] = plan_seconds;
     r.counters["compile_seconds"] = compile_seconds;
-    r.counters["seconds_per_step"] = seconds;
-    r.counters["seconds_first_step"] = cold_seconds;
+    r.counters["seconds_per_step"] = steady.seconds;
+    r.counters["seconds_first_step"] = cold.seconds;
     r.counters["minor_faults_per_step"] = steady.faults;
     r.counters["minor_faults_first_step"] = cold.faults;
     r.counters["steps"] = 1;
     r.counters["step_gflop"] = flops * 1e-9;
-    r.counters["gflops"] = flops / seconds * 1e-9;
-    r.counters["fraction_of_peak"] = flops / seconds * 1e-9 / peak_gflops;
+    r.counters["gflops"] = flops / steady.seconds * 1e-9;
+    r.counters["fraction_of_peak"] = flops / steady.seconds * 1e-9 / peak_gflops;
     r.label = name + " " + std::to_string(size) + " plan " + (plan.cuts.empty() ? std::string("(no cuts)") : plan.cuts_string());
 }
 
