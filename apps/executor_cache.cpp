@@ -68,7 +68,8 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
     key << model_text << '|' << p.width << 'x' << p.height << '|' << p.memory_cap << '|' << p.checkpoint_cap << '|'
         << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path()) << '|'
         << (threads ? threads : std::to_string(std::thread::hardware_concurrency())) << "|schedule "
-        << kCpuScheduleVersion << "|planner " << kPlannerVersion << (p.target == "cuda" ? "|cuda" : "");
+        << kCpuScheduleVersion << "|planner " << kPlannerVersion << (p.target == "cuda" ? "|cuda" : "")
+        << (p.image_gradient ? "|image gradient" : "");
     std::ostringstream name;
     name << dir << "/" << m.name << "-" << p.width << "x" << p.height << "-" << std::hex
          << std::hash<std::string>{}(key.str()) << ".json";
@@ -141,7 +142,7 @@ std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> 
     const Schedule schedule = device() ? Schedule::Gpu : Schedule::Cpu;
     const char *where = device() ? " for CUDA" : "";
     if (!cuts.empty() && cuts[0] == kUntiled) {
-        const SegmentLayout layout = untiled_layout(model_);
+        const SegmentLayout layout = untiled_layout(model_, image_gradient());
         if (tiny) {
             k->head = std::make_unique<AotKernel>(kernel_signature(model_, layout, KernelKind::Head, 0),
                                                   tiny_cnn_step_argv, tiny_cnn_step_metadata, ledger_);
@@ -153,7 +154,8 @@ std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> 
     } else if (tiny && cuts == parse_cuts(model_, tiny_cnn_tiled_cuts())) {
         *k = tiny_cnn_tiled_kernels(model_, ledger_);
     } else {
-        const SegmentLayout layout = make_segments(model_, cuts);
+        SegmentLayout layout = make_segments(model_, cuts);
+        layout.image_gradient = image_gradient();
         log_ << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name << where
              << " for these cuts (a minute or two for a small model)...\n"
              << std::flush;
@@ -173,7 +175,7 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
     SegmentLayout layout;
     if (opt_.untiled()) {
         cuts = {kUntiled};
-        layout = untiled_layout(model_);
+        layout = untiled_layout(model_, image_gradient());
     } else {
         if (file_plan_) {
             cuts = file_plan_->cuts;
@@ -191,6 +193,7 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
             p.optimizer = opt_.optimizer;
             p.estimate = opt_.estimate;
             p.target = opt_.target;
+            p.image_gradient = image_gradient();
             const std::string cached = plan_cache_path(model_, model_arg_, p);
             std::optional<Plan> plan;
             if (!cached.empty() && std::filesystem::exists(cached)) {
@@ -220,6 +223,7 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
             plans_[key] = std::move(*plan);
         }
         layout = make_segments(model_, cuts);
+        layout.image_gradient = image_gradient();
     }
     auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share(kernels_for(cuts)), tiles, ledger_,
                                                     halide_type_of<float>(), opt_.checkpoint_dir);

@@ -50,6 +50,9 @@ public:
 private:
     std::shared_ptr<ModelKernels> kernels_for(const std::vector<int> &cuts);
     bool device() const { return opt_.target == "cuda"; }
+    // Training needs no image gradient; tiny_cnn's linked CPU libraries
+    // give it, so all its kernels and plans do, alike.
+    bool image_gradient() const { return model_.name == "tiny_cnn" && !device(); }
     std::string describe_host() const;
 
     Model model_;

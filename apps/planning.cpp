@@ -26,6 +26,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     }
     req.optimizer_copies = opt.optimizer == "adam" ? 2 : 1;
     req.device = opt.target == "cuda";
+    req.image_gradient = opt.image_gradient;
     const char *threads = std::getenv("HL_NUM_THREADS");
     req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
     // The time model's rates: measured on this machine once, then reused.

@@ -18,6 +18,7 @@ struct PlanOptions {
     bool estimate = false;       // the analytic kernel memory only (no lowering)
     bool calibrate = false;      // measure this machine's rates first (and save them)
     std::string target = "cpu";  // "cuda": memory_cap caps device memory; kernels lowered with the GPU schedule
+    bool image_gradient = false; // training needs the parameters' gradients only (PlanRequest)
 };
 
 // Plans (printing what it does: lowering kernels takes seconds per segment).

@@ -12,7 +12,7 @@ LoweredKernelMemory::LoweredKernelMemory(const Model &m, Halide::Type t, Schedul
 
 int64_t LoweredKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) {
     const auto [first, last] = kernel_layers(model_, layout, kind, segment);
-    const auto key = std::make_tuple(first, last, (int)kind);
+    const auto key = std::make_tuple(first, last, (int)kind, layout.image_gradient);
     auto it = cache_.find(key);
     auto what = [&] {  // only for messages: peak() runs in the planner's inner loop
         return std::string(kind == KernelKind::Forward ? "forward" : kind == KernelKind::Backward ? "backward" : "head") +

@@ -37,7 +37,7 @@ private:
     Halide::Type type_;
     ScheduleFn schedule_;
     Halide::Target target_;
-    std::map<std::tuple<int, int, int>, std::unique_ptr<LoweredMemory>> cache_;  // (first, last, kind)
+    std::map<std::tuple<int, int, int, bool>, std::unique_ptr<LoweredMemory>> cache_;  // (first, last, kind, image_gradient)
     Progress progress_;
 };
 

@@ -31,6 +31,7 @@ std::string plan_to_json(const Plan &p) {
     j["image"] = {{"width", p.width}, {"height", p.height}, {"batch", p.batch}};
     j["caps"] = {{"working_bytes", p.memory_cap}, {"checkpoint_bytes", p.checkpoint_cap}};
     j["target"] = p.device ? "cuda" : "cpu";
+    j["image_gradient"] = p.image_gradient;
     j["cuts"] = p.cut_names;
     j["segments"] = json::array();
     for (const auto &s : p.segments)
@@ -66,6 +67,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
         p.memory_cap = j.at("caps").value("working_bytes", (int64_t)0);
         p.checkpoint_cap = j.at("caps").value("checkpoint_bytes", (int64_t)0);
         p.device = j.value("target", "cpu") == "cuda";
+        p.image_gradient = j.value("image_gradient", true);  // plans before it had it
         for (const auto &n : j.at("cuts")) {
             const std::string name = n.get<std::string>();
             const int l = m.find_layer(name);
@@ -133,14 +135,15 @@ std::string plan_table(const Plan &p, const Model &m) {
         o << line;
     }
     o << "cuts: " << (p.cut_names.empty() ? std::string("none") : p.cuts_string()) << "\n";
+    const char *with = p.image_gradient ? ", with the image's gradient" : "";
     if (p.device)
         o << "predicted peak device memory " << format_bytes(p.peak_bytes) << " (head " << format_bytes(p.head_bytes)
-          << "); parameters, optimizer state and the checkpoint store (" << format_bytes(p.checkpoint_bytes)
+          << "); parameters, optimizer state and the checkpoint store (" << format_bytes(p.checkpoint_bytes) << with
           << ") on the host\n";
     else
         o << "predicted peak working memory " << format_bytes(p.peak_bytes) << " (parameters, gradients, optimizer "
           << format_bytes(p.fixed_bytes) << "; head " << format_bytes(p.head_bytes) << "); checkpoint store "
-          << format_bytes(p.checkpoint_bytes) << "\n";
+          << format_bytes(p.checkpoint_bytes) << (p.image_gradient ? " (with the image's gradient)" : "") << "\n";
     std::snprintf(line, sizeof line, "predicted %.3g GFLOP per step (recompute x%.2f), %.2f s per step\n",
                   p.flops / 1e9, p.recompute, p.seconds);
     o << line;

@@ -30,6 +30,7 @@ struct Plan {
     int batch = 1;
     int64_t memory_cap = 0, checkpoint_cap = 0;  // as requested; 0: none
     bool device = false;                         // memory_cap and the byte predictions are of device memory
+    bool image_gradient = true;                  // the kernels give the image's gradient (PlanRequest)
     std::vector<int> cuts;                       // layer indices (after which the trunk is cut)
     std::vector<std::string> cut_names;          // the same, by layer name
     std::vector<SegmentPlan> segments;

@@ -29,11 +29,13 @@ const std::vector<int64_t> &tile_ladder() {
 }
 
 // The layout holding layers a..b as one segment, and that segment's index.
-std::pair<SegmentLayout, int> single_segment(const Model &m, int a, int b) {
+std::pair<SegmentLayout, int> single_segment(const Model &m, int a, int b, bool image_gradient) {
     std::vector<int> cuts;
     if (a > 0) cuts.push_back(a - 1);
     if (b < trunk_end(m)) cuts.push_back(b);
-    return {make_segments(m, cuts), a > 0 ? 1 : 0};
+    SegmentLayout layout = make_segments(m, cuts);
+    layout.image_gradient = image_gradient;
+    return {layout, a > 0 ? 1 : 0};
 }
 
 // A stored tensor's bytes (the image is the caller's: 0).
@@ -104,8 +106,13 @@ public:
     // Segment a..b at one tile size.
     Eval evaluate(int a, int b, TileSize tile, bool use_exact) {
         Eval e;
-        auto [layout, s] = single_segment(m_, a, b);
+        auto [layout, s] = single_segment(m_, a, b, req_.image_gradient);
         const SegmentSpec &seg = layout.segments[s];
+        // The inputs whose gradient windows the backward calls hold.
+        const auto bsig = kernel_signature(m_, layout, KernelKind::Backward, s);
+        std::vector<int> graded;
+        for (int t : seg.inputs)
+            if (has_arg(bsig, "grad_in_" + tensor_name(m_, t))) graded.push_back(t);
         TileRegions r;
         try {
             r = tile_regions(m_, seg, shapes_, tile);
@@ -129,7 +136,7 @@ public:
                 fk = std::max(fk, (int64_t)(scale * (double)km.peak(layout, KernelKind::Forward, s, fc)));
                 const int64_t b_here = (int64_t)(scale * (double)km.peak(layout, KernelKind::Backward, s, bc));
                 int64_t windows = 0;
-                for (int t : seg.inputs) windows += box_pixels(*c.need[t]) * channels_of(m_, t);
+                for (int t : graded) windows += box_pixels(*c.need[t]) * channels_of(m_, t);
                 if (b_here + windows * req_.type_bytes > bk + std::max<int64_t>(worst_windows, 0) * req_.type_bytes) {
                     bk = b_here;
                     worst_windows = windows;
@@ -139,7 +146,7 @@ public:
         int64_t partials = layer_sum(trainable_bytes_, seg.first, seg.last), grad_windows = 0, window_bytes = 0;
         for (int t : seg.inputs) {
             const int64_t bytes = box_pixels(*w.need[t]) * channels_of(m_, t) * req_.type_bytes;
-            grad_windows += bytes;
+            if (std::count(graded.begin(), graded.end(), t)) grad_windows += bytes;
             window_bytes += bytes;
         }
         int64_t out_bytes = 0;
@@ -194,6 +201,9 @@ public:
                          2 * tiles * req_.rates.seconds_per_tile;
         e.seconds = e.plan.seconds;
         for (int t : seg.outputs) e.store += 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
+        // A kernel keeps the image's gradient unasked where it is its only
+        // output (spec/kernel_signature.h); asked for, image_grad_bytes().
+        if (!req_.image_gradient && std::count(graded.begin(), graded.end(), L)) e.store += image_bytes();
         e.feasible = true;
         return e;
     }
@@ -265,9 +275,9 @@ public:
     int end() const { return end_; }
     const std::vector<TensorShape> &shapes() const { return shapes_; }
 
-    int64_t image_grad_bytes() const {
-        return req_.width * req_.height * m_.input_channels * req_.type_bytes;
-    }
+    int64_t image_bytes() const { return req_.width * req_.height * m_.input_channels * req_.type_bytes; }
+    // The image's gradient in the store, where the request asks for it.
+    int64_t image_grad_bytes() const { return req_.image_gradient ? image_bytes() : 0; }
 
 private:
     // Segments not yet calibrated are scaled by the largest ratio learned so
@@ -282,6 +292,7 @@ private:
 
     int64_t head_bytes() {
         SegmentLayout layout = make_segments(m_, {});
+        layout.image_gradient = req_.image_gradient;
         KernelCall c = head_kernel_call(m_, layout, shapes_, req_.width, req_.height);
         c.threads = req_.threads;
         KernelMemory &km = exact_ ? *exact_ : analytic_;
@@ -293,7 +304,8 @@ private:
         if (req_.device) {
             device = layer_sum(param_bytes_, end_ + 1, (int)m_.layers.size() - 1);
             for (int t : layout.head_inputs)
-                device += 2 * (t == (int)m_.layers.size() ? image_grad_bytes() : stored_bytes(m_, shapes_, t, req_.type_bytes));
+                device += t == (int)m_.layers.size() ? image_bytes() + image_grad_bytes()
+                                                     : 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
             if (m_.loss.kind == LossKind::MeanSquaredError)  // the dense target, the prediction's shape
                 device += ps.width * ps.height * ps.channels * req_.type_bytes;
         }
@@ -383,6 +395,7 @@ Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c)
     p.memory_cap = req.memory_cap;
     p.checkpoint_cap = req.checkpoint_cap;
     p.device = req.device;
+    p.image_gradient = req.image_gradient;
     p.fixed_bytes = s.fixed();
     p.head_bytes = s.head();
     int64_t worst = s.head();

@@ -30,7 +30,9 @@ namespace segtile {
 
 // Plans cached on disk (apps/executor_cache.cpp) key on this: bump it when
 // the search or its time and memory models change what it chooses.
-constexpr int kPlannerVersion = 2;  // 2: a layer's forward counted twice only where its backward needs it again
+// 2: a layer's forward counted twice only where its backward needs it again
+// 3: the image's gradient only where the request asks for it
+constexpr int kPlannerVersion = 3;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for
@@ -63,6 +65,9 @@ struct PlanRequest {
     // host, outside the cap. KernelMemory then gives device allocations.
     bool device = false;
     int64_t checkpoint_cap = 0;  // checkpoint store, bytes; 0: no cap
+    // The kernels give the image's gradient (SegmentLayout::image_gradient):
+    // segment 0's backward calls hold its windows and the store holds it.
+    bool image_gradient = true;
     int type_bytes = 4;          // float32
     int optimizer_copies = 2;    // optimizer state per trainable parameter (Adam 2, SGD with momentum 1)
     int threads = 1;             // Halide's worker threads (parallel loops allocate per task)

@@ -27,6 +27,7 @@ Plan plan_step(const Model &m, int size, int64_t cap_bytes, bool untiled = false
     req.width = req.height = size;
     req.memory_cap = cap_bytes;
     req.optimizer_copies = 0;
+    req.image_gradient = false;  // training: the parameters' gradients only
     req.threads = (int)std::thread::hardware_concurrency();
     return untiled ? evaluate_plan(m, req, {}, {TileSize{0, 0}}, &exact) : make_plan(m, req, &exact);
 }
@@ -47,6 +48,7 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
 
     MemoryLedger ledger;
     SegmentLayout layout = make_segments(m, plan.cuts);
+    layout.image_gradient = false;
     const auto t1 = clock::now();
     if (opt.progress) std::fprintf(stderr, "%s\n", plan_table(plan, m).c_str());
     SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger), plan.tile_sizes(),

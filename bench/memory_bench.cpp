@@ -49,9 +49,10 @@ Run run_step(const Model &m, int size, const std::vector<int> &cuts, int64_t til
     std::unique_ptr<SegmentedExecutor> exec;
     if (tile == 0) {
         untiled = std::make_unique<KernelStep>(
-            m, std::make_unique<JitKernel>(m, untiled_layout(m), KernelKind::Head, 0, Halide::Float(32), &ledger));
+            m, std::make_unique<JitKernel>(m, untiled_layout(m, false), KernelKind::Head, 0, Halide::Float(32), &ledger));
     } else {
         SegmentLayout layout = make_segments(m, cuts);
+        layout.image_gradient = false;  // training: the parameters' gradients only
         // Deeper segments have more channels per pixel: halve the tile per
         // segment (not below 16) so every segment's working set is alike.
         std::vector<TileSize> tiles;
@@ -67,7 +68,7 @@ Run run_step(const Model &m, int size, const std::vector<int> &cuts, int64_t til
     const TensorShape &ps = shapes[m.loss.input_id];
     std::printf("%s %dx%d %s: image %s\n", m.name.c_str(), size, size, tile ? "tiled" : "untiled",
                 format_bytes((int64_t)size * size * m.input_channels * 4).c_str());
-    Tensor image({size, size, m.input_channels, 1}, &ledger), grad_image({size, size, m.input_channels, 1}, &ledger);
+    Tensor image({size, size, m.input_channels, 1}, &ledger);  // (W, H, C, 1)
     Tensor pred({ps.width, ps.height, ps.channels, 1}, &ledger);
     Halide::Runtime::Buffer<int32_t> labels(1);
     random_inputs(image, labels);
@@ -76,10 +77,10 @@ Run run_step(const Model &m, int size, const std::vector<int> &cuts, int64_t til
     ledger.reset_peaks();
     const auto t1 = std::chrono::steady_clock::now();
     if (exec) {
-        exec->step(image, labels, params, &pred, &grad_image);
+        exec->step(image, labels, params, &pred);
         r.checkpoint_bytes = exec->checkpoint_bytes();
     } else {
-        untiled->run(image, labels.raw_buffer(), params, pred, grad_image);
+        untiled->run(image, labels.raw_buffer(), params, pred, nullptr);
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     r.peak_working = ledger.peak(MemoryLedger::Kind::Working);

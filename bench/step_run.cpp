@@ -18,7 +18,7 @@ CompiledStep compile_training_step(const StepConfig &c) {
     peer.width = peer.height = c.size;
     const auto t0 = clock_type::now();
     s.step = std::make_unique<KernelStep>(
-        s.model, std::make_unique<JitKernel>(s.model, untiled_layout(s.model), KernelKind::Head, 0, Halide::Float(32),
+        s.model, std::make_unique<JitKernel>(s.model, untiled_layout(s.model, false), KernelKind::Head, 0, Halide::Float(32),
                                              s.ledger.get(), std::set<std::string>{}, c.schedule, peer));
     s.compile_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     return s;
@@ -29,7 +29,7 @@ void run_compiled_step(CompiledStep &s, const StepConfig &c, double peak_gflops,
     MemoryLedger &ledger = *s.ledger;
     r.counters["compile_seconds"] = s.compile_seconds;
     const TensorShape ps = m.shapes(c.size, c.size)[m.loss.input_id];
-    Tensor image({c.size, c.size, m.input_channels, 1}, &ledger), grad_image({c.size, c.size, m.input_channels, 1}, &ledger);
+    Tensor image({c.size, c.size, m.input_channels, 1}, &ledger);  // (W, H, C, 1); training: no image gradient
     Tensor pred({ps.width, ps.height, ps.channels, 1}, &ledger);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
@@ -52,7 +52,7 @@ void run_compiled_step(CompiledStep &s, const StepConfig &c, double peak_gflops,
     double first = 0;
     while (steps < 2 || (total < c.min_seconds && steps < c.max_steps)) {
         const auto s0 = clock_type::now();
-        s.step->run(image, lt, params, pred, grad_image);
+        s.step->run(image, lt, params, pred, nullptr);
         const double dt = std::chrono::duration<double>(clock_type::now() - s0).count();
         if (steps == 0) first = dt;
         best = std::min(best, dt);

@@ -20,11 +20,13 @@ public:
     GeneratorParam<std::string> kind{"kind", "head"};       // forward, backward, head
     GeneratorParam<int> segment{"segment", 0};
     GeneratorParam<Type> precision{"precision", Float(32)};
+    GeneratorParam<bool> image_gradient{"image_gradient", true};  // grad_in_image (SegmentLayout)
 
     void configure() {
         model_ = segtile::load_model_file(model_file);
         layout_ = untiled ? segtile::untiled_layout(model_)
                           : segtile::make_segments(model_, segtile::parse_cuts(model_, cuts));
+        layout_.image_gradient = image_gradient;
         const std::string k = kind;
         kind_ = k == "forward" ? segtile::KernelKind::Forward
                 : k == "backward" ? segtile::KernelKind::Backward

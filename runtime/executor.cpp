@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 
@@ -88,6 +89,10 @@ SegmentedExecutor::SegmentedExecutor(const Model &m, SegmentLayout layout, Model
         throw std::invalid_argument("kernels do not match the segment layout");
     if (tiles_.size() != S)
         throw std::invalid_argument("give one tile size per segment (" + std::to_string(S) + " segments)");
+    // The kernels say whether the image's gradient is computed (built with
+    // SegmentLayout::image_gradient); the store holds it only then.
+    image_gradient_ = has_arg(kernels_.head->signature(), "grad_in_image");
+    for (const auto &k : kernels_.backward) image_gradient_ = image_gradient_ || has_arg(k->signature(), "grad_in_image");
 }
 
 void SegmentedExecutor::allocate_store(int64_t width, int64_t height) {
@@ -111,7 +116,7 @@ void SegmentedExecutor::allocate_store(int64_t width, int64_t height) {
                                            : Tensor::mapped(dims, checkpoint_dir_, ledger_, type_);
         };
         if (t != L) values_[t] = make();  // the image's value is the caller's
-        grads_[t] = make();
+        if (t != L || image_gradient_) grads_[t] = make();
     }
 }
 
@@ -150,6 +155,9 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     const TileRegions regions = tile_regions(s);
     const std::vector<Box<int64_t>> full = whole_boxes(model_, shapes_, width_, height_);
     const auto specs = params.specs();
+    std::vector<int> graded;  // inputs whose gradient the backward kernel gives
+    for (int t : seg.inputs)
+        if (backward && has_arg(kernel.signature(), "grad_in_" + tensor_name(model_, t))) graded.push_back(t);
     for (size_t ty = 0; ty < regions.y[0].size(); ty++) {
         for (size_t tx = 0; tx < regions.x[0].size(); tx++) {
             const clock::time_point tile_start = clock::now();
@@ -193,7 +201,7 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
                 const Box<int64_t> &w = *need[t];
                 views.push_back(crop(t == L ? image_ : values_[t].view(), w, false));
                 args.buffer("in_" + tensor_name(model_, t), views.back().raw_buffer());
-                if (backward) {
+                if (std::count(graded.begin(), graded.end(), t)) {
                     const int64_t channels = t == L ? model_.input_channels : shapes_[t].channels;
                     grad_windows.emplace_back(t, Tensor({w.x.hi - w.x.lo + 1, w.y.hi - w.y.lo + 1, channels, 1},
                                                         ledger_, MemoryLedger::Kind::Working, type_));
@@ -260,6 +268,7 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
     for (int t : layout_.head_inputs) {
         views.push_back(t == L ? image_ : values_[t].view());
         args.buffer("in_" + tensor_name(model_, t), views.back().raw_buffer());
+        if (!grads_[t].defined()) continue;  // the image's, not asked for
         views.push_back(grads_[t].view());  // the head is the first contributor: it writes
         args.buffer("grad_in_" + tensor_name(model_, t), views.back().raw_buffer());
     }
@@ -331,6 +340,9 @@ double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_tar
                                Tensor *predictions, Tensor *grad_images) {
     const int N = (int)images.dims()[3];
     const int L = (int)model_.layers.size();
+    if (grad_images && !image_gradient_)
+        throw std::invalid_argument("these kernels were built without the image's gradient: build them from a "
+                                    "SegmentLayout with image_gradient = true to ask step() for grad_images");
     params.zero_grads();
     double total = 0;
     for (int n = 0; n < N; n++) {

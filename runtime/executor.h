@@ -47,7 +47,9 @@ public:
     // One training step on a batch (images (W, H, C, N)); labels (N) int32
     // or targets (W', H', K, N). params.grads receive the gradients of the
     // batch-mean loss (overwritten). predictions (W', H', K, N) and
-    // grad_images (like images) are filled when given. Returns the mean loss.
+    // grad_images (like images) are filled when given; only kernels built
+    // with the image's gradient (SegmentLayout::image_gradient) give them.
+    // Returns the mean loss.
     double step(const Tensor &images, const Halide::Runtime::Buffer<> &labels_or_targets, ParamStore &params,
                 Tensor *predictions = nullptr, Tensor *grad_images = nullptr);
 
@@ -72,6 +74,7 @@ public:
     const SegmentLayout &layout() const { return layout_; }
     TileRegions tile_regions(int segment) const { return segtile::tile_regions(model_, layout_.segments.at(segment), shapes_, tiles_.at(segment)); }
     int64_t tiles_run() const { return tiles_run_; }
+    bool image_gradient() const { return image_gradient_; }  // step() can fill grad_images
 
 private:
     void allocate_store(int64_t width, int64_t height);
@@ -93,6 +96,7 @@ private:
     std::vector<Tensor> values_, grads_;  // per tensor; defined for checkpoints (the image's value is a view)
     Halide::Runtime::Buffer<> image_;     // the current image, (W, H, C, 1)
     int64_t tiles_run_ = 0;
+    bool image_gradient_ = true;
     bool device_ = false;
     int64_t device_cap_ = 0;
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
@@ -119,10 +123,11 @@ class TiledStep : public StepKernel {
 public:
     explicit TiledStep(std::unique_ptr<SegmentedExecutor> exec) : exec_(std::move(exec)) {}
     float run(const Tensor &image, halide_buffer_t *labels_or_target, ParamStore &params, Tensor &prediction,
-              Tensor &grad_image) override {
+              Tensor *grad_image) override {
         return (float)exec_->step(image, Halide::Runtime::Buffer<>(*labels_or_target), params, &prediction,
-                                  &grad_image);
+                                  grad_image);
     }
+    bool image_gradient() const override { return exec_->image_gradient(); }
     SegmentedExecutor &executor() { return *exec_; }
 
 private:

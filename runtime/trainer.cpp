@@ -26,13 +26,17 @@ TrainReport train_synthetic(const Model &m, StepKernel &kernel, const TrainConfi
     // Sized and printed before the batch tensors are allocated.
     const int64_t image_bytes = (int64_t)W * H * C * N * 4;
     const int64_t pred_bytes = ps.width * ps.height * ps.channels * N * 4;
+    // Only a step built with the image's gradient needs a tensor for it.
+    const bool image_grad = kernel.image_gradient();
     log << "model " << m.name << ": " << params.specs().size() << " parameter tensors, parameters+grads "
         << format_bytes(params.bytes()) << ", optimizer state " << format_bytes(ledger.current() - params.bytes())
         << "\nbatch " << N << " x " << W << "x" << H << "x" << C << ": image " << format_bytes(image_bytes)
-        << ", image gradient " << format_bytes(image_bytes) << ", prediction " << format_bytes(pred_bytes) << "\n";
+        << ", image gradient " << (image_grad ? format_bytes(image_bytes) : "none") << ", prediction "
+        << format_bytes(pred_bytes) << "\n";
     const auto data = MemoryLedger::Kind::Data;
-    Tensor image({W, H, C, N}, &ledger, data);                                // (W, H, C, N)
-    Tensor grad_image({W, H, C, N}, &ledger, data);                           // (W, H, C, N)
+    Tensor image({W, H, C, N}, &ledger, data);  // (W, H, C, N)
+    Tensor grad_image;                          // (W, H, C, N) where the step makes it
+    if (image_grad) grad_image = Tensor({W, H, C, N}, &ledger, data);
     Tensor prediction({ps.width, ps.height, ps.channels, N}, &ledger, data);  // (1, 1, K, N) logits
     std::vector<int32_t> labels;
     Halide::Runtime::Buffer<int32_t> label_buf(N);  // (N)
@@ -43,7 +47,7 @@ TrainReport train_synthetic(const Model &m, StepKernel &kernel, const TrainConfi
     for (int step = 0; step < cfg.steps; step++) {
         cfg.data.fill(image, labels, rng);
         for (int n = 0; n < N; n++) label_buf(n) = labels[n];
-        const float loss = kernel.run(image, label_buf.raw_buffer(), params, prediction, grad_image);
+        const float loss = kernel.run(image, label_buf.raw_buffer(), params, prediction, image_grad ? &grad_image : nullptr);
         int correct = 0;
         const int K = (int)ps.channels;
         for (int n = 0; n < N; n++) {

@@ -26,11 +26,18 @@ std::pair<int, int> kernel_layers(const Model &m, const SegmentLayout &layout, K
     return {s.first, s.last};
 }
 
-SegmentLayout untiled_layout(const Model &m) {
+SegmentLayout untiled_layout(const Model &m, bool image_gradient) {
     SegmentLayout l;
     l.head_first = 0;
     l.head_inputs = {(int)m.layers.size()};
+    l.image_gradient = image_gradient;
     return l;
+}
+
+bool has_arg(const std::vector<KernelArg> &sig, const std::string &name) {
+    for (const auto &a : sig)
+        if (a.name == name) return true;
+    return false;
 }
 
 std::vector<int> window_tensors(const Model &m, const SegmentSpec &s) {
@@ -57,6 +64,11 @@ std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &lay
     };
     const auto [first, last] = kernel_layers(m, layout, kind, segment);
     const auto specs = m.params();
+    const int L = (int)m.layers.size();
+    auto input_grads = [&](const std::vector<int> &inputs) {
+        for (int t : inputs)
+            if (t != L || layout.image_gradient) buffer("grad_in_" + tensor_name(m, t), true, t);
+    };
     auto params = [&](bool grads) {
         for (size_t p = 0; p < specs.size(); p++) {
             const ParamSpec &s = specs[p];
@@ -82,7 +94,7 @@ std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &lay
         loss.output = true;
         args.push_back(loss);
         buffer("prediction", true, m.loss.input_id);
-        for (int t : layout.head_inputs) buffer("grad_in_" + tensor_name(m, t), true, t);
+        input_grads(layout.head_inputs);
         params(true);
         return args;
     }
@@ -111,8 +123,12 @@ std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &lay
         return args;
     }
     for (int t : s.outputs) buffer("grad_out_" + tensor_name(m, t), false, t);
-    for (int t : s.inputs) buffer("grad_in_" + tensor_name(m, t), true, t);
+    input_grads(s.inputs);
     params(true);
+    // A kernel needs an output: the image's gradient it is, then.
+    bool any = false;
+    for (const auto &a : args) any = any || a.output;
+    if (!any) buffer("grad_in_image", true, L);
     return args;
 }
 

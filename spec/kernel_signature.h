@@ -15,6 +15,9 @@
 //                          grad_<param> (this tile's share)
 // head:                 in_T (whole checkpoints), parameters, labels (n) or
 //                       dense_target -> loss, prediction, grad_in_T, grad_<param>
+// grad_in_image is left out where layout.image_gradient is false, unless it
+// would be a backward kernel's only output (a segment of parameterless
+// layers reading only the image).
 #pragma once
 
 #include <string>
@@ -44,6 +47,8 @@ std::string c_identifier(const std::string &s);       // "features.0.weight" -> 
 const char *loss_target_name(const Model &m);
 
 std::vector<KernelArg> kernel_signature(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);
+// Whether a signature has an argument of that name (e.g. "grad_in_image").
+bool has_arg(const std::vector<KernelArg> &sig, const std::string &name);
 
 // The tensors a segment kernel bounds by a window: its inputs and the layers
 // it computes, each over the region this tile needs of it (spec/tiling.h),
@@ -59,6 +64,6 @@ std::vector<int> window_tensors(const Model &m, const SegmentSpec &s);
 std::pair<int, int> kernel_layers(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);
 
 // The layout of untiled training: no segments, the head is the whole model.
-SegmentLayout untiled_layout(const Model &m);
+SegmentLayout untiled_layout(const Model &m, bool image_gradient = true);
 
 }  // namespace segtile

@@ -22,6 +22,11 @@ struct SegmentLayout {
     std::vector<SegmentSpec> segments;  // the tiled trunk
     int head_first = 0;                 // first layer of the untiled head (== trunk end + 1)
     std::vector<int> head_inputs;       // checkpoint tensors the head reads
+    // Whether kernels give the image's gradient (grad_in_image). Training
+    // wants only the parameters' gradients: without it segment 0's
+    // backward skips the first layer's input gradient and the store holds
+    // no W x H x C gradient of the image (docs/design.md).
+    bool image_gradient = true;
     std::vector<int> checkpoints() const;  // every stored tensor, the image included
 };
 

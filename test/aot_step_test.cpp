@@ -22,7 +22,7 @@ TEST(AotStep, MatchesJitReference) {
     for (int64_t i = 0; i < image.numel(); i++) image.data()[i] = nd(rng);
     Halide::Runtime::Buffer<int32_t> labels(N);
     for (int n = 0; n < N; n++) labels(n) = n % 2;
-    const float loss = aot->run(image, labels.raw_buffer(), params, pred, grad_image);
+    const float loss = aot->run(image, labels.raw_buffer(), params, pred, &grad_image);
 
     JitTrainingStep jit(m, Halide::Float(32));
     auto as_buffer = [](const Tensor &t) {

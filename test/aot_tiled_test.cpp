@@ -49,7 +49,7 @@ TEST(AotTiled, TinyCnnThreeSegmentsMatchesUntiled) {
     ParamStore ref(m, &ledger), tiled(m, &ledger);
     ref.init_pytorch_default(3);
     tiled.init_pytorch_default(3);
-    const float loss_ref = untiled->run(images, labels.raw_buffer(), ref, pred_ref, grad_ref);
+    const float loss_ref = untiled->run(images, labels.raw_buffer(), ref, pred_ref, &grad_ref);
     const double loss = exec.step(images, labels, tiled, &pred_tiled, &grad_tiled);
     EXPECT_GT(exec.tiles_run(), 20) << "every segment ran several tiles";
 

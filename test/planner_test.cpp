@@ -25,11 +25,12 @@ LoweredKernelMemory cpu_memory(const Model &m) {
     return LoweredKernelMemory(m, Halide::Float(32), [t](const std::vector<Halide::Func> &o) { schedule_cpu(o, t); }, t);
 }
 
-PlanRequest request(int64_t w, int64_t h, int64_t cap) {
+PlanRequest request(int64_t w, int64_t h, int64_t cap, bool image_gradient = true) {
     PlanRequest r;
     r.width = w;
     r.height = h;
     r.memory_cap = cap;
+    r.image_gradient = image_gradient;
     r.threads = (int)std::thread::hardware_concurrency();
     return r;
 }
@@ -57,6 +58,7 @@ public:
 
     int64_t measured_peak(const Plan &plan) {
         SegmentLayout layout = make_segments(m_, plan.cuts);
+        layout.image_gradient = plan.image_gradient;
         ModelKernels k;
         for (size_t s = 0; s < layout.segments.size(); s++) {
             k.forward.push_back(kernel(layout, KernelKind::Forward, (int)s));
@@ -87,7 +89,7 @@ public:
 private:
     std::unique_ptr<Kernel> kernel(const SegmentLayout &layout, KernelKind kind, int s) {
         const auto [first, last] = kernel_layers(m_, layout, kind, s);
-        auto &slot = cache_[{first, last, (int)kind}];
+        auto &slot = cache_[{first, last, (int)kind, layout.image_gradient}];
         if (!slot)
             slot = std::make_shared<JitKernel>(m_, layout, kind, s, Halide::Float(32), &ledger_, std::set<std::string>{},
                                                schedule_);
@@ -99,7 +101,7 @@ private:
     MemoryLedger ledger_;
     ParamStore params_;
     std::unique_ptr<Optimizer> opt_;
-    std::map<std::tuple<int, int, int>, std::shared_ptr<Kernel>> cache_;
+    std::map<std::tuple<int, int, int, bool>, std::shared_ptr<Kernel>> cache_;
 };
 
 }  // namespace
@@ -157,6 +159,26 @@ TEST(Planner, ReportsEachLoweredKernelOnce) {
     EXPECT_EQ(lines.size(), after_two) << "a kernel lowered again";
 }
 
+// Training plans leave the image's gradient out: the store is smaller by
+// exactly that, and only the first segment's backward calls (which held
+// its windows) need less.
+TEST(Planner, WithoutImageGradientStoreAndFirstSegmentShrink) {
+    Model m = load_model("vgg16");
+    const std::vector<int> cuts = parse_cuts(m, "pool1,pool3");
+    const std::vector<TileSize> tiles = {{64, 64}, {32, 32}, {0, 0}};
+    const Plan with = evaluate_plan(m, request(512, 384, 0, true), cuts, tiles, nullptr);
+    const Plan without = evaluate_plan(m, request(512, 384, 0, false), cuts, tiles, nullptr);
+    EXPECT_TRUE(with.image_gradient);
+    EXPECT_FALSE(without.image_gradient);
+    EXPECT_EQ(with.checkpoint_bytes - without.checkpoint_bytes, 512 * 384 * 3 * 4);
+    ASSERT_EQ(with.segments.size(), 3u);
+    EXPECT_LT(without.segments[0].backward_bytes, with.segments[0].backward_bytes);
+    EXPECT_EQ(without.segments[0].forward_bytes, with.segments[0].forward_bytes);
+    for (size_t k = 1; k < 3; k++) EXPECT_EQ(without.segments[k].backward_bytes, with.segments[k].backward_bytes);
+    EXPECT_FALSE(plan_from_json(plan_to_json(without), m, "plan.json").image_gradient);
+    EXPECT_TRUE(plan_from_json(plan_to_json(with), m, "plan.json").image_gradient);
+}
+
 TEST(Planner, PlanRoundTripsThroughJson) {
     Model m = load_model("unet");
     const Plan free = make_plan(m, request(128, 96, 0), nullptr);
@@ -195,12 +217,15 @@ TEST_P(MeasuredPeak, UnderCapAndWithinTenPercentOfPrediction) {
     }, t);
     PlanRunner runner(m, schedule);
     for (int size : {size1, size2}) {
-        const Plan free = make_plan(m, request(size, size, 0), &exact);
+        // The second size plans training as the program runs it: without
+        // the image's gradient.
+        const bool image_gradient = size == size1;
+        const Plan free = make_plan(m, request(size, size, 0, image_gradient), &exact);
         for (double frac : {1.0, 0.5, 0.25}) {
             int64_t cap = free.fixed_bytes + (int64_t)(frac * (double)(free.peak_bytes - free.fixed_bytes));
             Plan p;
             try {
-                p = make_plan(m, request(size, size, cap), &exact);
+                p = make_plan(m, request(size, size, cap, image_gradient), &exact);
             } catch (const PlanError &e) {
                 // Below the smallest feasible plan (the fixed parameters
                 // dominate the big models at these sizes): the error names
@@ -209,7 +234,7 @@ TEST_P(MeasuredPeak, UnderCapAndWithinTenPercentOfPrediction) {
                 std::printf("%s %dx%d cap %s (%.2f): %s\n", name.c_str(), size, size, format_bytes(cap).c_str(), frac,
                             e.what());
                 cap = e.smallest_feasible_cap;
-                p = make_plan(m, request(size, size, cap), &exact);
+                p = make_plan(m, request(size, size, cap, image_gradient), &exact);
             }
             const int64_t measured = runner.measured_peak(p);
             std::printf("%s %dx%d cap %s (%.2f): cuts %s; predicted %s, measured %s\n", name.c_str(), size, size,

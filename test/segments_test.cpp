@@ -2,6 +2,7 @@
 // nearest valid sizes.
 #include <gtest/gtest.h>
 
+#include "spec/builder.h"
 #include "spec/kernel_signature.h"
 #include "spec/segments.h"
 
@@ -40,6 +41,39 @@ TEST(Segments, SkipTensorsCrossingACutAreCheckpoints) {
     // Dense loss: the head is the loss on the trunk's output.
     EXPECT_EQ(l.head_first, (int)m.layers.size());
     EXPECT_EQ(names(m, l.head_inputs), std::vector<std::string>{"head"});
+}
+
+// Training asks for no image gradient: no kernel gives it, except a
+// backward kernel that would have no output without it.
+TEST(Signatures, ImageGradientOnlyWhereAskedOrNeeded) {
+    Model m = load_model("vgg16");
+    SegmentLayout l = make_segments(m, parse_cuts(m, "pool1"));
+    EXPECT_TRUE(has_arg(kernel_signature(m, l, KernelKind::Backward, 0), "grad_in_image"));
+    l.image_gradient = false;
+    const auto b0 = kernel_signature(m, l, KernelKind::Backward, 0);
+    EXPECT_FALSE(has_arg(b0, "grad_in_image"));
+    EXPECT_TRUE(has_arg(b0, "grad_features_0_weight"));
+    EXPECT_TRUE(has_arg(kernel_signature(m, l, KernelKind::Backward, 1), "grad_in_pool1"));
+    EXPECT_TRUE(has_arg(kernel_signature(m, untiled_layout(m), KernelKind::Head, 0), "grad_in_image"));
+    EXPECT_FALSE(has_arg(kernel_signature(m, untiled_layout(m, false), KernelKind::Head, 0), "grad_in_image"));
+
+    // A first segment of a parameterless layer reading only the image.
+    Model p = ModelBuilder("pool_first", 1)
+                  .max_pool("pool0", 2)
+                  .conv2d("conv1", 4, 3).padding(1)
+                  .global_avg_pool("gap")
+                  .flatten("flat")
+                  .dense("fc", 2)
+                  .loss(LossKind::SoftmaxCrossEntropy)
+                  .build();
+    SegmentLayout pl = make_segments(p, parse_cuts(p, "pool0"));
+    pl.image_gradient = false;
+    const auto only = kernel_signature(p, pl, KernelKind::Backward, 0);
+    EXPECT_TRUE(has_arg(only, "grad_in_image"));
+    int outputs = 0;
+    for (const auto &a : only) outputs += a.output;
+    EXPECT_EQ(outputs, 1);
+    EXPECT_FALSE(has_arg(kernel_signature(p, pl, KernelKind::Backward, 1), "grad_in_image"));
 }
 
 TEST(Segments, BadCutsFailWithWhatToChange) {

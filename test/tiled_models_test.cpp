@@ -144,6 +144,61 @@ TEST_P(TiledModels, EqualUntiled) {
                 std::chrono::duration<double>(t2 - t1).count(), (long long)exec.tiles_run());
 }
 
+// Training without the image's gradient: the same loss and parameter
+// gradients, a store smaller by exactly the image's gradient, no gradient
+// windows of the image, and a step that refuses to fill grad_images.
+TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
+    Model m = load_model("tiny_cnn");
+    const int W = 37, H = 29, N = 1;
+    std::mt19937 rng(23);
+    Halide::Buffer<double> image = segtile::testing::random_buffer({W, H, m.input_channels, N}, rng);
+    Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, W, H, N, rng);
+    auto params = segtile::testing::random_params(m, rng);
+    Tensor images = to_tensor(image);
+    const std::vector<TileSize> tiles = {{7, 5}, {3, 3}, {2, 4}};
+    struct Run {
+        MemoryLedger ledger;
+        std::unique_ptr<SegmentedExecutor> exec;
+        std::unique_ptr<ParamStore> store;
+        double loss = 0;
+    };
+    auto run = [&](bool image_gradient, Run &r) {
+        SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,relu2"));
+        layout.image_gradient = image_gradient;
+        r.exec = std::make_unique<SegmentedExecutor>(
+            m, layout, jit_model_kernels(m, layout, Halide::Float(64), &r.ledger, Schedule::Cpu), tiles, &r.ledger,
+            halide_type_of<double>());
+        r.store = std::make_unique<ParamStore>(m, &r.ledger, halide_type_of<double>());
+        for (size_t p = 0; p < params.size(); p++) {
+            Halide::Buffer<double> src(params[p]);
+            std::copy(src.begin(), src.end(), r.store->values[p].as<double>());
+        }
+        r.loss = r.exec->step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *r.store);
+    };
+    Run with, without;
+    run(true, with);
+    run(false, without);
+    EXPECT_TRUE(with.exec->image_gradient());
+    EXPECT_FALSE(without.exec->image_gradient());
+    EXPECT_EQ(without.loss, with.loss);
+    for (size_t p = 0; p < params.size(); p++) {
+        if (!with.store->specs()[p].trainable) continue;
+        EXPECT_LE(segtile::testing::rel_diff(without.store->grads[p].as<double>(), with.store->grads[p].as<double>(),
+                                             with.store->grads[p].numel()),
+                  1e-13)
+            << with.store->specs()[p].name;
+    }
+    const int64_t image_grad_bytes = (int64_t)W * H * m.input_channels * (int64_t)sizeof(double);
+    EXPECT_EQ(with.exec->checkpoint_bytes() - without.exec->checkpoint_bytes(), image_grad_bytes);
+    EXPECT_EQ(with.ledger.peak(MemoryLedger::Kind::Checkpoint) - without.ledger.peak(MemoryLedger::Kind::Checkpoint),
+              image_grad_bytes);
+    EXPECT_LE(without.ledger.peak(MemoryLedger::Kind::Working), with.ledger.peak(MemoryLedger::Kind::Working));
+    Tensor grad_images(images.dims(), nullptr, MemoryLedger::Kind::Working, halide_type_of<double>());
+    EXPECT_THROW(without.exec->step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *without.store, nullptr,
+                                    &grad_images),
+                 std::invalid_argument);
+}
+
 // Each case compiles its own kernels (about a minute for VGG16 on two
 // cores), so the matrix covers each situation once rather than every product.
 INSTANTIATE_TEST_SUITE_P(
