@@ -19,7 +19,7 @@ namespace {
 // Plans a bare step (no optimizer state, as the untiled baseline) with the
 // exact kernel memory of segtile's CPU schedule; `untiled`: one segment,
 // the whole image, instead of the planner's search.
-Plan plan_step(const Model &m, int size, int64_t cap_bytes, bool untiled = false) {
+Plan plan_step(const Model &m, int size, int64_t cap_bytes, bool untiled = false, bool image_gradient = false) {
     const Halide::Target target = Halide::get_jit_target_from_environment();
     LoweredKernelMemory exact(m, Halide::Float(32), [&](const std::vector<Halide::Func> &o) { schedule_cpu(o, target); },
                               target);
@@ -27,7 +27,7 @@ Plan plan_step(const Model &m, int size, int64_t cap_bytes, bool untiled = false
     req.width = req.height = size;
     req.memory_cap = cap_bytes;
     req.optimizer_copies = 0;
-    req.image_gradient = false;  // training: the parameters' gradients only
+    req.image_gradient = image_gradient;  // training: the parameters' gradients only
     req.threads = (int)std::thread::hardware_concurrency();
     return untiled ? evaluate_plan(m, req, {}, {TileSize{0, 0}}, &exact) : make_plan(m, req, &exact);
 }
@@ -43,12 +43,12 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     using clock = std::chrono::steady_clock;
     const Model m = load_model(name);
     const auto t0 = clock::now();
-    const Plan plan = plan_step(m, size, cap_bytes);
+    const Plan plan = plan_step(m, size, cap_bytes, false, opt.image_gradient);
     const double plan_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     MemoryLedger ledger;
     SegmentLayout layout = make_segments(m, plan.cuts);
-    layout.image_gradient = false;
+    layout.image_gradient = opt.image_gradient;
     const auto t1 = clock::now();
     if (opt.progress) std::fprintf(stderr, "%s\n", plan_table(plan, m).c_str());
     SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger), plan.tile_sizes(),
@@ -119,6 +119,7 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     r.counters["checkpoint_bytes"] = (double)ledger.peak(MemoryLedger::Kind::Checkpoint);
     r.counters["high_water_mark_bytes"] = (double)process_high_water_mark();
     r.counters["recompute_factor"] = plan.recompute;
+    r.counters["image_gradient"] = opt.image_gradient;
     r.counters["segments"] = (double)plan.segments.size();
     r.counters["plan_seconds"] = plan_seconds;
     r.counters["compile_seconds"] = compile_seconds;

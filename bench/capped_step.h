@@ -28,6 +28,9 @@ struct CappedStepOptions {
     bool warm_up = true;
     std::string checkpoint_dir;  // "": the checkpoint store in memory
     bool progress = false;       // a line on stderr per segment run
+    // Also the image's gradient (kernels, store, plan), which training does
+    // not need: to measure what leaving it out saves.
+    bool image_gradient = false;
 };
 void run_capped_step(const std::string &model, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
                      const CappedStepOptions &opt = {});

@@ -8,11 +8,12 @@
 // (bench/capped_step.h).
 //
 //   scale_bench [--peak_gflops=X] [--model=darknet19] [--size=16384] \
-//       [--cap=1GiB] [--checkpoint_dir=DIR] [--warm_up] \
+//       [--cap=1GiB] [--checkpoint_dir=DIR] [--warm_up] [--image_gradient] \
 //       --benchmark_out=bench/results/scale.json --benchmark_out_format=json
 //
 // DIR defaults to a fresh folder under $TMPDIR (or /tmp), removed after the
-// run; it needs the checkpoint store's size free on disk.
+// run; it needs the checkpoint store's size free on disk. --image_gradient
+// also computes and stores the image's gradient, which training leaves out.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -37,6 +38,7 @@ struct ScaleOptions {
     std::string cap = "1GiB";
     std::string checkpoint_dir;  // "": a temporary folder
     bool warm_up = false;
+    bool image_gradient = false;
 };
 
 // Takes this suite's own flags out of argv, as parse_bench_options does.
@@ -51,6 +53,7 @@ ScaleOptions parse_scale_options(int *argc, char **argv) {
         else if (a.rfind("--cap=", 0) == 0) o.cap = value("--cap=");
         else if (a.rfind("--checkpoint_dir=", 0) == 0) o.checkpoint_dir = value("--checkpoint_dir=");
         else if (a == "--warm_up") o.warm_up = true;
+        else if (a == "--image_gradient") o.image_gradient = true;
         else argv[kept++] = argv[i];
     }
     *argc = kept;
@@ -71,11 +74,13 @@ int main(int argc, char **argv) {
         so.checkpoint_dir = (fs::path(tmp && *tmp ? tmp : "/tmp") / ("segtile-scale-" + std::to_string(getpid()))).string();
     }
     fs::create_directories(so.checkpoint_dir);
-    const std::string name = "BM_ScaleStep/" + so.model + "/size:" + std::to_string(so.size) + "/cap:" + so.cap;
+    const std::string name = "BM_ScaleStep/" + so.model + "/size:" + std::to_string(so.size) + "/cap:" + so.cap +
+                             (so.image_gradient ? "/image_gradient" : "");
     benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State &state) {
         for (auto _ : state) {
             CappedStepOptions co;
             co.warm_up = so.warm_up;
+            co.image_gradient = so.image_gradient;
             co.checkpoint_dir = so.checkpoint_dir;
             co.progress = true;
             // No time limit beyond the suite's flag: the run is the point.

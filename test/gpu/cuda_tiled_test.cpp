@@ -35,11 +35,13 @@ StepResult run_step(const Model &m, const SegmentLayout &layout, ModelKernels ke
     exec.set_device(device);
     ParamStore params(m, &ledger);
     params.init_pytorch_default(seed);
-    Tensor grad_image(images.dims(), &ledger);
+    // Libraries built for training (NO_IMAGE_GRADIENT) give none.
+    Tensor grad_image;
+    if (exec.image_gradient()) grad_image = Tensor(images.dims(), &ledger);
     StepResult r;
-    r.loss = exec.step(images, labels, params, nullptr, &grad_image);
+    r.loss = exec.step(images, labels, params, nullptr, exec.image_gradient() ? &grad_image : nullptr);
     for (auto &g : params.grads) r.grads.emplace_back(g.data(), g.data() + g.numel());
-    r.grad_image.assign(grad_image.data(), grad_image.data() + grad_image.numel());
+    if (grad_image.defined()) r.grad_image.assign(grad_image.data(), grad_image.data() + grad_image.numel());
     r.tiles = exec.tiles_run();
     return r;
 }
