@@ -111,15 +111,15 @@ int PredictCommand::run() {
         SegmentedExecutor &exec = cache.for_size(info.width, info.height);
         const TensorShape out = m.shapes(info.width, info.height)[m.loss.input_id];
         Tensor prediction({out.width, out.height, out.channels, 1}, &data_ledger, MemoryLedger::Kind::Data);
-        // The executor runs training steps: a step with a placeholder label
-        // (its loss and gradients are discarded) leaves the head's output.
+        // Forward and head only, with a placeholder label (the loss is
+        // discarded): the head's output is the prediction.
         if (dense) {
             Tensor target({out.width, out.height, out.channels, 1}, &data_ledger);  // zeros
-            exec.step(image, target.view(), params, &prediction);
+            exec.evaluate(image, target.view(), params, &prediction);
         } else {
             Halide::Runtime::Buffer<int32_t> label(1);  // (1)
             label(0) = 0;
-            exec.step(image, label, params, &prediction);
+            exec.evaluate(image, label, params, &prediction);
         }
         const std::string name = fs::path(files[i]).filename().string();
         if (dense) {

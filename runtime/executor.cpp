@@ -336,6 +336,20 @@ void SegmentedExecutor::forward(const Tensor &images, int n, ParamStore &params)
     for (size_t s = 0; s < layout_.segments.size(); s++) run_segment((int)s, false, params);
 }
 
+double SegmentedExecutor::evaluate(const Tensor &images, const Buffer &labels_or_targets, ParamStore &params,
+                                   Tensor *predictions) {
+    const int N = (int)images.dims()[3];
+    params.zero_grads();  // the head adds its partials
+    double total = 0;
+    for (int n = 0; n < N; n++) {
+        forward(images, n, params);
+        double loss = 0;
+        run_head(labels_or_targets, params, predictions, n, loss);
+        total += loss;
+    }
+    return total / N;
+}
+
 double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_targets, ParamStore &params,
                                Tensor *predictions, Tensor *grad_images) {
     const int N = (int)images.dims()[3];

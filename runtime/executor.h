@@ -53,6 +53,13 @@ public:
     double step(const Tensor &images, const Halide::Runtime::Buffer<> &labels_or_targets, ParamStore &params,
                 Tensor *predictions = nullptr, Tensor *grad_images = nullptr);
 
+    // The loss and predictions of a batch without its backward: the trunk's
+    // forward and the head only (about a third of a step's work), for
+    // prediction and validation. Returns the mean loss; params.grads are
+    // left holding the head's share only, not a step's gradients.
+    double evaluate(const Tensor &images, const Halide::Runtime::Buffer<> &labels_or_targets, ParamStore &params,
+                    Tensor *predictions = nullptr);
+
     // Forward of the trunk for image n: fills every checkpoint.
     void forward(const Tensor &images, int n, ParamStore &params);
 

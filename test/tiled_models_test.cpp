@@ -147,6 +147,7 @@ TEST_P(TiledModels, EqualUntiled) {
 // Training without the image's gradient: the same loss and parameter
 // gradients, a store smaller by exactly the image's gradient, no gradient
 // windows of the image, and a step that refuses to fill grad_images.
+// evaluate() (forward and head only) gives the step's loss and predictions.
 TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
     Model m = load_model("tiny_cnn");
     const int W = 37, H = 29, N = 1;
@@ -160,8 +161,10 @@ TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
         MemoryLedger ledger;
         std::unique_ptr<SegmentedExecutor> exec;
         std::unique_ptr<ParamStore> store;
+        Tensor prediction;  // (1, 1, K, N)
         double loss = 0;
     };
+    const TensorShape ps = m.shapes(W, H)[m.loss.input_id];
     auto run = [&](bool image_gradient, Run &r) {
         SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,relu2"));
         layout.image_gradient = image_gradient;
@@ -173,7 +176,9 @@ TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
             Halide::Buffer<double> src(params[p]);
             std::copy(src.begin(), src.end(), r.store->values[p].as<double>());
         }
-        r.loss = r.exec->step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *r.store);
+        r.prediction = Tensor({ps.width, ps.height, ps.channels, N}, nullptr, MemoryLedger::Kind::Data,
+                              halide_type_of<double>());
+        r.loss = r.exec->step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *r.store, &r.prediction);
     };
     Run with, without;
     run(true, with);
@@ -197,6 +202,16 @@ TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
     EXPECT_THROW(without.exec->step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *without.store, nullptr,
                                     &grad_images),
                  std::invalid_argument);
+
+    Tensor evaluated({ps.width, ps.height, ps.channels, N}, nullptr, MemoryLedger::Kind::Data, halide_type_of<double>());
+    const int64_t tiles_before = without.exec->tiles_run();
+    const double loss = without.exec->evaluate(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *without.store,
+                                               &evaluated);
+    EXPECT_EQ(loss, without.loss);
+    for (int64_t i = 0; i < evaluated.numel(); i++)
+        EXPECT_EQ(evaluated.as<double>()[i], without.prediction.as<double>()[i]) << i;
+    // A step runs every tile forward and backward; evaluate() forward only.
+    EXPECT_EQ(2 * (without.exec->tiles_run() - tiles_before), tiles_before);
 }
 
 // Each case compiles its own kernels (about a minute for VGG16 on two
