@@ -154,8 +154,7 @@ std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> 
     } else if (tiny && cuts == parse_cuts(model_, tiny_cnn_tiled_cuts())) {
         *k = tiny_cnn_tiled_kernels(model_, ledger_);
     } else {
-        SegmentLayout layout = make_segments(model_, cuts);
-        layout.image_gradient = image_gradient();
+        const SegmentLayout layout = make_segments(model_, cuts, image_gradient());
         log_ << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name << where
              << " for these cuts (a minute or two for a small model)...\n"
              << std::flush;
@@ -222,8 +221,7 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
             tiles = plan->tile_sizes();
             plans_[key] = std::move(*plan);
         }
-        layout = make_segments(model_, cuts);
-        layout.image_gradient = image_gradient();
+        layout = make_segments(model_, cuts, image_gradient());
     }
     auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share(kernels_for(cuts)), tiles, ledger_,
                                                     halide_type_of<float>(), opt_.checkpoint_dir);

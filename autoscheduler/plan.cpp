@@ -143,7 +143,7 @@ std::string plan_table(const Plan &p, const Model &m) {
     else
         o << "predicted peak working memory " << format_bytes(p.peak_bytes) << " (parameters, gradients, optimizer "
           << format_bytes(p.fixed_bytes) << "; head " << format_bytes(p.head_bytes) << "); checkpoint store "
-          << format_bytes(p.checkpoint_bytes) << (p.image_gradient ? " (with the image's gradient)" : "") << "\n";
+          << format_bytes(p.checkpoint_bytes) << with << "\n";
     std::snprintf(line, sizeof line, "predicted %.3g GFLOP per step (recompute x%.2f), %.2f s per step\n",
                   p.flops / 1e9, p.recompute, p.seconds);
     o << line;

@@ -33,9 +33,7 @@ std::pair<SegmentLayout, int> single_segment(const Model &m, int a, int b, bool 
     std::vector<int> cuts;
     if (a > 0) cuts.push_back(a - 1);
     if (b < trunk_end(m)) cuts.push_back(b);
-    SegmentLayout layout = make_segments(m, cuts);
-    layout.image_gradient = image_gradient;
-    return {layout, a > 0 ? 1 : 0};
+    return {make_segments(m, cuts, image_gradient), a > 0 ? 1 : 0};
 }
 
 // A stored tensor's bytes (the image is the caller's: 0).
@@ -291,8 +289,7 @@ private:
     }
 
     int64_t head_bytes() {
-        SegmentLayout layout = make_segments(m_, {});
-        layout.image_gradient = req_.image_gradient;
+        const SegmentLayout layout = make_segments(m_, {}, req_.image_gradient);
         KernelCall c = head_kernel_call(m_, layout, shapes_, req_.width, req_.height);
         c.threads = req_.threads;
         KernelMemory &km = exact_ ? *exact_ : analytic_;

@@ -47,8 +47,7 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     const double plan_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     MemoryLedger ledger;
-    SegmentLayout layout = make_segments(m, plan.cuts);
-    layout.image_gradient = opt.image_gradient;
+    SegmentLayout layout = make_segments(m, plan.cuts, opt.image_gradient);
     const auto t1 = clock::now();
     if (opt.progress) std::fprintf(stderr, "%s\n", plan_table(plan, m).c_str());
     SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger), plan.tile_sizes(),

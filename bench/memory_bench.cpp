@@ -51,8 +51,7 @@ Run run_step(const Model &m, int size, const std::vector<int> &cuts, int64_t til
         untiled = std::make_unique<KernelStep>(
             m, std::make_unique<JitKernel>(m, untiled_layout(m, false), KernelKind::Head, 0, Halide::Float(32), &ledger));
     } else {
-        SegmentLayout layout = make_segments(m, cuts);
-        layout.image_gradient = false;  // training: the parameters' gradients only
+        SegmentLayout layout = make_segments(m, cuts, false);  // training: the parameters' gradients only
         // Deeper segments have more channels per pixel: halve the tile per
         // segment (not below 16) so every segment's working set is alike.
         std::vector<TileSize> tiles;

@@ -24,9 +24,8 @@ public:
 
     void configure() {
         model_ = segtile::load_model_file(model_file);
-        layout_ = untiled ? segtile::untiled_layout(model_)
-                          : segtile::make_segments(model_, segtile::parse_cuts(model_, cuts));
-        layout_.image_gradient = image_gradient;
+        layout_ = untiled ? segtile::untiled_layout(model_, image_gradient)
+                          : segtile::make_segments(model_, segtile::parse_cuts(model_, cuts), image_gradient);
         const std::string k = kind;
         kind_ = k == "forward" ? segtile::KernelKind::Forward
                 : k == "backward" ? segtile::KernelKind::Backward

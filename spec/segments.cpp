@@ -21,7 +21,7 @@ std::vector<int> SegmentLayout::checkpoints() const {
     return {s.begin(), s.end()};
 }
 
-SegmentLayout make_segments(const Model &m, std::vector<int> cuts) {
+SegmentLayout make_segments(const Model &m, std::vector<int> cuts, bool image_gradient) {
     const int L = (int)m.layers.size();
     const int end = trunk_end(m);
     if (end < 0) throw ModelError(m.source + ": model '" + m.name + "' has no spatial layers to tile");
@@ -34,6 +34,7 @@ SegmentLayout make_segments(const Model &m, std::vector<int> cuts) {
                              m.layers[0].name + "'..'" + m.layers[std::max(end - 1, 0)].name + "')");
     SegmentLayout out;
     out.cuts = cuts;
+    out.image_gradient = image_gradient;
     out.head_first = end + 1;
     std::vector<int> seg_of(L, -1);  // segment producing each layer's output; head layers: S
     int first = 0;

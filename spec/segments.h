@@ -35,7 +35,7 @@ struct SegmentLayout {
 int trunk_end(const Model &m);
 
 // Throws ModelError if a cut is out of range or inside the head.
-SegmentLayout make_segments(const Model &m, std::vector<int> cuts);
+SegmentLayout make_segments(const Model &m, std::vector<int> cuts, bool image_gradient = true);
 
 // Cuts from a string of layer names or indices, "conv3,pool4" or "5,9".
 std::vector<int> parse_cuts(const Model &m, const std::string &s);

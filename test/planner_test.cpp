@@ -57,8 +57,7 @@ public:
     }
 
     int64_t measured_peak(const Plan &plan) {
-        SegmentLayout layout = make_segments(m_, plan.cuts);
-        layout.image_gradient = plan.image_gradient;
+        SegmentLayout layout = make_segments(m_, plan.cuts, plan.image_gradient);
         ModelKernels k;
         for (size_t s = 0; s < layout.segments.size(); s++) {
             k.forward.push_back(kernel(layout, KernelKind::Forward, (int)s));

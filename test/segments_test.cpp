@@ -66,8 +66,7 @@ TEST(Signatures, ImageGradientOnlyWhereAskedOrNeeded) {
                   .dense("fc", 2)
                   .loss(LossKind::SoftmaxCrossEntropy)
                   .build();
-    SegmentLayout pl = make_segments(p, parse_cuts(p, "pool0"));
-    pl.image_gradient = false;
+    SegmentLayout pl = make_segments(p, parse_cuts(p, "pool0"), false);
     const auto only = kernel_signature(p, pl, KernelKind::Backward, 0);
     EXPECT_TRUE(has_arg(only, "grad_in_image"));
     int outputs = 0;

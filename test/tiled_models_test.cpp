@@ -166,8 +166,7 @@ TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
     };
     const TensorShape ps = m.shapes(W, H)[m.loss.input_id];
     auto run = [&](bool image_gradient, Run &r) {
-        SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,relu2"));
-        layout.image_gradient = image_gradient;
+        SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,relu2"), image_gradient);
         r.exec = std::make_unique<SegmentedExecutor>(
             m, layout, jit_model_kernels(m, layout, Halide::Float(64), &r.ledger, Schedule::Cpu), tiles, &r.ledger,
             halide_type_of<double>());
