@@ -1,26 +1,37 @@
-// The untiled training step (batch 1, float32) scheduled four ways, side by
-// side in one run: by Halide's Li2018, Adams2019 and Mullapudi2016
-// autoschedulers (the plugins of the same Halide package, estimates set for
-// the image size; generators/peer_schedule.h) and by segtile's CPU schedule
-// (autoscheduler/cpu_schedule.cpp). Counters: bench/step_run.h.
+// The training step (batch 1, float32) side by side in one run: untiled,
+// scheduled by Halide's Li2018, Adams2019 and Mullapudi2016 autoschedulers
+// (the plugins of the same Halide package, estimates set for the image
+// size; generators/peer_schedule.h) and by segtile's CPU schedule
+// (autoscheduler/cpu_schedule.cpp); then segtile's planned, tiled step
+// under caps of 1/4 and 1/16 of segtile's untiled peak measured just
+// before (issue 4). The peers have no way to run under a cap: their rows'
+// peaks say how far over it they are. Counters: bench/step_run.h, and the
+// capped rows' bench/capped_step.h.
 //
 //   peers_bench [--long] [--peak_gflops=X] [--time_limit=S] \
 //       --benchmark_out=bench/results/peers.json --benchmark_out_format=json
 //
-// Default: tiny_cnn, VGG16 and Darknet19 at 256x256; --long adds 512x512
-// and VGG16/Darknet19 at 1024x1024. Each configuration runs in its own
-// process (bench/isolated_run.h): one whose autoscheduler fails, crashes or
-// passes the time limit (default 600 s, compile included, so the default
-// run stays under about 15 minutes per model) is reported with the reason
-// in its label and no counters, and the suite goes on. On 2 cores shared
-// with other work, compiling a VGG16 step alone can take longer than that:
-// raise --time_limit on an idle machine.
+// Default: tiny_cnn, VGG16 and Darknet19 at 256x256 and VGG16 at 512x512;
+// --long adds tiny_cnn and Darknet19 at 512x512 and VGG16/Darknet19 at
+// 1024x1024. Each configuration runs in its own process
+// (bench/isolated_run.h): one whose autoscheduler fails, crashes or passes
+// the time limit (default 600 s, compile included, so the default run
+// stays under about 15 minutes per model) is reported with the reason in
+// its label and no counters, and the suite goes on; so is a cap below the
+// smallest feasible plan (the parameters, their gradients and Adam's state
+// alone exceed 1/16 of VGG16's untiled peak below 1024x1024), with that
+// smallest cap. On 2 cores shared with other work, compiling a VGG16 step
+// alone can take longer than the limit: raise --time_limit on an idle
+// machine.
 #include <benchmark/benchmark.h>
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_options.h"
+#include "bench/capped_step.h"
 #include "bench/isolated_run.h"
 #include "bench/step_run.h"
 
@@ -32,6 +43,7 @@ using namespace segtile::bench;
 struct Scheduler {
     std::string name;
     Schedule schedule;
+    double cap_fraction = 0;  // of segtile's untiled peak; 0: untiled, no cap
 };
 
 const std::vector<Scheduler> &schedulers() {
@@ -40,12 +52,18 @@ const std::vector<Scheduler> &schedulers() {
         {"Li2018", Schedule::Peer},
         {"Adams2019", Schedule::Peer},
         {"Mullapudi2016", Schedule::Peer},
+        {"segtile_cpu_cap_1_4", Schedule::Cpu, 0.25},
+        {"segtile_cpu_cap_1_16", Schedule::Cpu, 1.0 / 16},
     };
     return s;
 }
 
+// segtile's untiled peaks, measured by the first row of each model and
+// size; the capped rows after it are sized from them.
+using UntiledPeaks = std::map<std::pair<std::string, int>, double>;
+
 void run_config(benchmark::State &state, const std::string &model, int size, const Scheduler &s,
-                const BenchOptions &opt) {
+                const BenchOptions &opt, UntiledPeaks &untiled) {
     StepConfig c;
     c.model = model;
     c.size = size;
@@ -56,10 +74,23 @@ void run_config(benchmark::State &state, const std::string &model, int size, con
     // layers. Greedy search (beam_size 1) finishes; the label says so.
     if (s.name == "Adams2019") c.peer.extra["beam_size"] = "1";
     const double limit = opt.time_limit_seconds > 0 ? opt.time_limit_seconds : 600;
+    const auto key = std::make_pair(model, size);
     for (auto _ : state) {
-        IsolatedResult r = run_isolated([&](IsolatedResult &out) { run_training_step(c, opt.peak_gflops, out); }, limit);
+        IsolatedResult r = run_isolated(
+            [&](IsolatedResult &out) {
+                if (s.cap_fraction == 0) return run_training_step(c, opt.peak_gflops, out);
+                // Where segtile's untiled step did not run, the planner's
+                // prediction of it (counter cap_from_prediction).
+                double base = untiled.count(key) ? untiled.at(key) : 0;
+                out.counters["cap_from_prediction"] = base > 0 ? 0 : 1;
+                if (base <= 0) base = (double)predicted_untiled_peak(model, size);
+                out.counters["untiled_peak_bytes"] = base;
+                run_capped_step(model, size, (int64_t)(s.cap_fraction * base), opt.peak_gflops, out);
+            },
+            limit);
         for (const auto &[k, v] : r.counters) state.counters[k] = v;
         state.counters["peak_gflops"] = opt.peak_gflops;
+        state.counters["cap_fraction"] = s.cap_fraction;
         std::string what = model + " " + std::to_string(size) + " " + s.name;
         for (const auto &[k, v] : c.peer.extra) what += " " + k + "=" + v;
         if (!r.ok) {
@@ -67,6 +98,7 @@ void run_config(benchmark::State &state, const std::string &model, int size, con
             state.SetIterationTime(0);
             continue;
         }
+        if (s.name == "segtile_cpu") untiled[key] = r.counters["peak_working_bytes"];
         state.SetLabel(what);
         state.SetIterationTime(r.counters["seconds_per_step"]);
     }
@@ -80,16 +112,16 @@ int main(int argc, char **argv) {
         std::string model;
         int size;
     };
-    std::vector<Size> sizes = {{"tiny_cnn", 256}, {"vgg16", 256}, {"darknet19", 256}};
+    std::vector<Size> sizes = {{"tiny_cnn", 256}, {"vgg16", 256}, {"darknet19", 256}, {"vgg16", 512}};
     if (opt.long_run)
-        for (Size s : std::vector<Size>{{"tiny_cnn", 512}, {"vgg16", 512}, {"darknet19", 512}, {"vgg16", 1024},
-                                        {"darknet19", 1024}})
+        for (Size s : std::vector<Size>{{"tiny_cnn", 512}, {"darknet19", 512}, {"vgg16", 1024}, {"darknet19", 1024}})
             sizes.push_back(s);
+    UntiledPeaks untiled;  // outlives the benchmarks, which run after registration
     for (const Size &sz : sizes)
         for (const Scheduler &s : schedulers())
             benchmark::RegisterBenchmark(
                 ("BM_PeerStep/" + sz.model + "/size:" + std::to_string(sz.size) + "/" + s.name).c_str(),
-                [=](benchmark::State &st) { run_config(st, sz.model, sz.size, s, opt); })
+                [=, &untiled](benchmark::State &st) { run_config(st, sz.model, sz.size, s, opt, untiled); })
                 ->Iterations(1)
                 ->UseManualTime()
                 ->Unit(benchmark::kSecond);
