@@ -32,10 +32,12 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     // The time model's rates: measured on this machine once, then reused.
     const std::string cal = calibration_path();
     if (opt.calibrate) {
-        std::cout << "calibrating the time model (JIT-compiling and timing two small conv steps)...\n" << std::flush;
+        std::cout << "calibrating the time model (JIT-compiling and timing two small training steps)...\n"
+                  << std::flush;
         req.rates = measure_time_rates();
         save_time_rates(req.rates, cal);
         std::cout << "measured " << req.rates.flops_per_second / 1e9 << " GFLOP/s, "
+                  << req.rates.elements_per_second / 1e9 << " G activation elements/s, "
                   << req.rates.seconds_per_tile * 1e6 << " us per kernel call; saved to " << cal << "\n";
     } else if (!load_time_rates(req.rates, cal)) {
         std::cout << "time model: default rates (run `segtile plan --calibrate` once to measure this machine's)\n";

@@ -17,8 +17,7 @@ namespace segtile {
 namespace {
 
 // Seconds of the fastest of `reps` training steps of m on a size x size image.
-double step_seconds(const Model &m, int size, int reps) {
-    JitTrainingStep step(m, Halide::Float(32));
+double step_seconds(JitTrainingStep &step, const Model &m, int size, int reps) {
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
     Halide::Buffer<float> image(size, size, m.input_channels, 1);  // (W, H, C, 1)
@@ -40,31 +39,77 @@ double step_seconds(const Model &m, int size, int reps) {
     return best;
 }
 
-Model calibration_model() {
-    Model m = ModelBuilder("calibration", 16)
-                  .conv2d("conv1", 32, 3)
-                  .padding(1)
-                  .relu("relu1")
-                  .conv2d("conv2", 32, 3)
-                  .padding(1)
-                  .relu("relu2")
-                  .global_avg_pool("gap")
-                  .flatten("flatten")
-                  .dense("fc", 2)
-                  .build();
-    return m;
+// Arithmetic-bound: two 3x3 convs (most of the time in FLOPs).
+Model conv_model() {
+    return ModelBuilder("calibration", 16)
+        .conv2d("conv1", 32, 3)
+        .padding(1)
+        .relu("relu1")
+        .conv2d("conv2", 32, 3)
+        .padding(1)
+        .relu("relu2")
+        .global_avg_pool("gap")
+        .flatten("flatten")
+        .dense("fc", 2)
+        .build();
+}
+
+// Traffic-bound: 1x1 convs, batch norms, leaky ReLUs and a max pool on
+// planes past the L2 (most of the time in reading and writing
+// activations), as Darknet19's 1x1 segments.
+Model traffic_model() {
+    return ModelBuilder("calibration_traffic", 16)
+        .conv2d("conv1", 32, 1)
+        .batch_norm("bn1")
+        .leaky_relu("lrelu1", 0.1)
+        .max_pool("pool1", 2)
+        .conv2d("conv2", 32, 1)
+        .batch_norm("bn2")
+        .leaky_relu("lrelu2", 0.1)
+        .global_avg_pool("gap")
+        .flatten("flatten")
+        .dense("fc", 2)
+        .build();
+}
+
+struct Sample {
+    double seconds = 0;  // of the big step, the call overhead (small step) taken off
+    double flops = 0, elements = 0;
+    double small_seconds = 0;
+};
+
+Sample sample(const Model &m, int big, int reps) {
+    const int small = 8;
+    JitTrainingStep step(m, Halide::Float(32));
+    Sample s;
+    s.small_seconds = step_seconds(step, m, small, 20);
+    s.seconds = std::max(1e-9, step_seconds(step, m, big, reps) - s.small_seconds);
+    s.flops = training_step_flops(m, big, big);
+    s.elements = training_step_elements(m, big, big);
+    return s;
 }
 
 }  // namespace
 
 TimeRates measure_time_rates() {
-    const Model m = calibration_model();
     TimeRates r;
-    const int big = 128, small = 8;
-    const double t_big = step_seconds(m, big, 3), t_small = step_seconds(m, small, 20);
-    // The small step is mostly call overhead; the large one mostly arithmetic.
-    r.seconds_per_tile = t_small / 2;  // forward and backward kernel calls per tile
-    r.flops_per_second = training_step_flops(m, big, big) / std::max(1e-9, t_big - t_small);
+    const Sample a = sample(conv_model(), 128, 3), b = sample(traffic_model(), 512, 3);
+    // The small steps are mostly call overhead: two kernel calls per tile.
+    r.seconds_per_tile = a.small_seconds / 2;
+    // seconds = flops / F + elements / E for both steps: solve for 1/F, 1/E.
+    const double det = a.flops * b.elements - b.flops * a.elements;
+    const double inv_f = (a.seconds * b.elements - b.seconds * a.elements) / det;
+    const double inv_e = (a.flops * b.seconds - b.flops * a.seconds) / det;
+    const double ratio = TimeRates{}.flops_per_second / TimeRates{}.elements_per_second;
+    if (det != 0 && inv_f > 0 && inv_e > 0) {
+        r.flops_per_second = 1 / inv_f;
+        r.elements_per_second = 1 / inv_e;
+    } else {
+        // Timing noise made one rate negative: both steps' total at the
+        // default ratio of the two.
+        r.flops_per_second = (a.flops + b.flops + ratio * (a.elements + b.elements)) / (a.seconds + b.seconds);
+        r.elements_per_second = r.flops_per_second / ratio;
+    }
     return r;
 }
 
@@ -76,6 +121,7 @@ std::string calibration_path() {
 
 void save_time_rates(const TimeRates &r, const std::string &path) {
     nlohmann::json j = {{"flops_per_second", r.flops_per_second},
+                        {"elements_per_second", r.elements_per_second},
                         {"bytes_per_second", r.bytes_per_second},
                         {"seconds_per_tile", r.seconds_per_tile}};
     const std::string tmp = path + ".tmp";
@@ -93,6 +139,9 @@ bool load_time_rates(TimeRates &r, const std::string &path) {
     try {
         nlohmann::json j = nlohmann::json::parse(f);
         r.flops_per_second = j.at("flops_per_second");
+        // Files written before the traffic term (planner version 4) keep
+        // the default ratio to their FLOP rate.
+        r.elements_per_second = j.value("elements_per_second", r.flops_per_second / 82);
         r.bytes_per_second = j.value("bytes_per_second", r.bytes_per_second);
         r.seconds_per_tile = j.value("seconds_per_tile", r.seconds_per_tile);
     } catch (const std::exception &) {

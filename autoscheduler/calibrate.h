@@ -1,6 +1,8 @@
-// Calibration of the planner's time model on this machine: the rate at which
-// segtile's CPU schedule runs conv training steps, and the cost of a kernel
-// call, measured and kept in a small JSON file so plans need not re-measure.
+// Calibration of the planner's time model on this machine: the rates at which
+// segtile's CPU schedule does arithmetic and moves activations (a 3x3 conv
+// step and a 1x1 conv + batch norm + pool step, solved for both), and the
+// cost of a kernel call, measured and kept in a small JSON file so plans
+// need not re-measure.
 #pragma once
 
 #include <string>
@@ -10,6 +12,8 @@
 namespace segtile {
 
 // Measures TimeRates (seconds: a few; JIT-compiles two small steps).
+// Where timing noise makes one rate come out negative, both steps' total
+// time is split at the default ratio of the two rates.
 TimeRates measure_time_rates();
 
 // $SEGTILE_HOME/calibration.json (default ~/.cache/segtile).

@@ -184,19 +184,22 @@ public:
             for (int l = seg.first; l <= seg.last; l++)
                 if (c.need[l]) sum_h[l] += (double)(c.need[l]->y.hi - c.need[l]->y.lo + 1);
         }
-        double executed = 0, untiled = 0;
+        double executed = 0, untiled = 0, elements = 0;
         const std::vector<bool> again = recomputed_layers(m_, seg.first, seg.last);
         for (int l = seg.first; l <= seg.last; l++) {
             // Per pixel costs from a 1x1 evaluation scale linearly with area.
             const LayerFlops one = layer_flops(m_, l, 1, 1);
-            executed += sum_w[l] * sum_h[l] * ((again[l] ? 2 : 1) * one.forward + one.backward());
+            const LayerTraffic traffic = layer_traffic(m_, l, 1, 1);
+            const double px = sum_w[l] * sum_h[l], forwards = again[l] ? 2 : 1;
+            executed += px * (forwards * one.forward + one.backward());
+            elements += px * (forwards * traffic.forward + traffic.backward);
             untiled += (double)shapes_[l].width * shapes_[l].height * one.total();
         }
         e.plan.recompute = untiled > 0 ? executed / untiled : 1;
         const double tiles = (double)(nx * ny);
         const double moved = tiles * (3.0 * window_bytes + 2.0 * out_bytes) + tiles * 2.0 * partials;
-        e.plan.seconds = executed / req_.rates.flops_per_second + moved / req_.rates.bytes_per_second +
-                         2 * tiles * req_.rates.seconds_per_tile;
+        e.plan.seconds = executed / req_.rates.flops_per_second + elements / req_.rates.elements_per_second +
+                         moved / req_.rates.bytes_per_second + 2 * tiles * req_.rates.seconds_per_tile;
         e.seconds = e.plan.seconds;
         for (int t : seg.outputs) e.store += 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
         // A kernel keeps the image's gradient unasked where it is its only
@@ -414,13 +417,18 @@ Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c)
     p.checkpoint_bytes = c.store + s.image_grad_bytes();
     const double step = training_step_flops(m, req.width, req.height);
     // The head runs untiled: its FLOPs once.
-    double head = 0;
-    for (int l = s.end() + 1; l < (int)m.layers.size(); l++)
-        head += layer_flops(m, l, s.shapes()[l].width, s.shapes()[l].height).total();
+    double head = 0, head_elements = 0;
+    for (int l = s.end() + 1; l < (int)m.layers.size(); l++) {
+        const TensorShape &out = s.shapes()[l];
+        head += layer_flops(m, l, out.width, out.height).total();
+        const LayerTraffic t = layer_traffic(m, l, out.width, out.height);
+        head_elements += t.forward + t.backward;
+    }
     flops += head;
     p.flops = flops * req.batch;
     p.recompute = step > 0 ? flops / step : 1;
-    p.seconds = (seconds + head / req.rates.flops_per_second) * req.batch;
+    p.seconds = (seconds + head / req.rates.flops_per_second + head_elements / req.rates.elements_per_second) *
+                req.batch;
     return p;
 }
 

@@ -32,7 +32,8 @@ namespace segtile {
 // the search or its time and memory models change what it chooses.
 // 2: a layer's forward counted twice only where its backward needs it again
 // 3: the image's gradient only where the request asks for it
-constexpr int kPlannerVersion = 3;
+// 4: the time model counts activation traffic beside FLOPs
+constexpr int kPlannerVersion = 4;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for
@@ -46,10 +47,21 @@ public:
     int64_t smallest_feasible_cap;
 };
 
+// A segment's predicted time: its FLOPs (halo recomputation included) at
+// one rate, plus the activation elements its layers read and write
+// (spec/cost.h layer_traffic) at another, plus the executor's copies and
+// the kernel calls. FLOPs alone predicted Darknet19's segments at 1024^2
+// 0.7x to 3.5x off, by how memory-bound they are (a 1x1 conv after a
+// batch norm on 256^2 planes against a 3x3 conv on 32^2); with the
+// elements, 0.8x to 1.3x (docs/design.md, Planner).
 struct TimeRates {
-    double flops_per_second = 20e9;   // kernels' sustained rate (calibrate: autoscheduler/calibrate.h)
-    double bytes_per_second = 5e9;    // window copies and overlap-adds
-    double seconds_per_tile = 30e-6;  // call overhead per kernel call
+    double flops_per_second = 20e9;    // kernels' arithmetic (calibrate: autoscheduler/calibrate.h)
+    // Kernels' activation traffic, in elements. The default keeps the
+    // ratio measured here (147 GFLOP/s against 1.8 G elements/s, schedule
+    // v16): 82 FLOPs take as long as one element read or written.
+    double elements_per_second = 20e9 / 82;
+    double bytes_per_second = 5e9;     // window copies and overlap-adds
+    double seconds_per_tile = 30e-6;   // call overhead per kernel call
 };
 
 struct PlanRequest {

@@ -57,6 +57,49 @@ LayerFlops layer_flops(const Model &m, int i, int64_t out_w, int64_t out_h) {
     return f;
 }
 
+LayerTraffic layer_traffic(const Model &m, int i, int64_t out_w, int64_t out_h) {
+    const Layer &l = m.layers.at(i);
+    const double px = (double)out_w * (double)out_h;
+    double in_per_px = 0;  // input elements per output pixel
+    switch (l.kind) {
+    case LayerKind::Conv2d:
+    case LayerKind::MaxPool:
+    case LayerKind::AvgPool:
+        in_per_px = (double)l.stride * l.stride * l.in_channels;
+        break;
+    case LayerKind::Add:
+        in_per_px = (double)l.input_ids.size() * l.channels;
+        break;
+    case LayerKind::Concat:
+        in_per_px = l.channels;
+        break;
+    case LayerKind::Upsample:
+        in_per_px = (double)l.channels / ((double)l.factor * l.factor);
+        break;
+    case LayerKind::GlobalAvgPool:  // the head: a few vectors
+    case LayerKind::Dense:
+    case LayerKind::Flatten:
+        return {};
+    default:  // pointwise: batch norm, activations
+        in_per_px = l.channels;
+        break;
+    }
+    LayerTraffic t;
+    t.forward = px * (in_per_px + l.channels);
+    t.backward = 2 * t.forward;
+    return t;
+}
+
+double training_step_elements(const Model &m, int64_t width, int64_t height) {
+    const auto shapes = m.shapes(width, height);
+    double total = 0;
+    for (int i = 0; i < (int)m.layers.size(); i++) {
+        const LayerTraffic t = layer_traffic(m, i, shapes[i].width, shapes[i].height);
+        total += t.forward + t.backward;
+    }
+    return total;
+}
+
 double training_step_flops(const Model &m, int64_t width, int64_t height) {
     const auto shapes = m.shapes(width, height);
     double total = 0;
