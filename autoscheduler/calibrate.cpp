@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -124,6 +125,9 @@ void save_time_rates(const TimeRates &r, const std::string &path) {
                         {"elements_per_second", r.elements_per_second},
                         {"bytes_per_second", r.bytes_per_second},
                         {"seconds_per_tile", r.seconds_per_tile}};
+    // A fresh SEGTILE_HOME has no folder yet.
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
     const std::string tmp = path + ".tmp";
     {
         std::ofstream f(tmp);

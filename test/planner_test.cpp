@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
@@ -237,7 +238,10 @@ TEST(TimeModel, TrafficBoundSegmentsTakeLongerThanTheirFlops) {
 // Calibration files round-trip; one written before the traffic term keeps
 // the default ratio of the two rates.
 TEST(TimeModel, CalibrationFileRoundTripsAndOldFilesLoad) {
-    const std::string path = ::testing::TempDir() + "segtile_calibration_test.json";
+    // In a folder that does not exist yet (a fresh SEGTILE_HOME).
+    const std::string dir = ::testing::TempDir() + "segtile_calibration_test";
+    std::filesystem::remove_all(dir);
+    const std::string path = dir + "/calibration.json";
     TimeRates r;
     r.flops_per_second = 123e9;
     r.elements_per_second = 2e9;
@@ -260,6 +264,7 @@ TEST(TimeModel, CalibrationFileRoundTripsAndOldFilesLoad) {
     TimeRates none;
     EXPECT_FALSE(load_time_rates(none, path));
     EXPECT_EQ(none.elements_per_second, TimeRates{}.elements_per_second);
+    std::filesystem::remove_all(dir);
 }
 
 TEST(Planner, PlanRoundTripsThroughJson) {
