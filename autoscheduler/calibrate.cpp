@@ -144,8 +144,9 @@ bool load_time_rates(TimeRates &r, const std::string &path) {
         nlohmann::json j = nlohmann::json::parse(f);
         r.flops_per_second = j.at("flops_per_second");
         // Files written before the traffic term (planner version 4) keep
-        // the default ratio to their FLOP rate.
-        r.elements_per_second = j.value("elements_per_second", r.flops_per_second / 82);
+        // the defaults' ratio to their FLOP rate.
+        r.elements_per_second = j.value("elements_per_second", r.flops_per_second * (TimeRates{}.elements_per_second /
+                                                                                   TimeRates{}.flops_per_second));
         r.bytes_per_second = j.value("bytes_per_second", r.bytes_per_second);
         r.seconds_per_tile = j.value("seconds_per_tile", r.seconds_per_tile);
     } catch (const std::exception &) {

@@ -54,14 +54,18 @@ public:
 // 0.7x to 3.5x off, by how memory-bound they are (a 1x1 conv after a
 // batch norm on 256^2 planes against a 3x3 conv on 32^2); with the
 // elements, 0.8x to 1.3x (docs/design.md, Planner).
+// Defaults: measured on the development machine (2 cores of an AMD EPYC,
+// AVX-512; schedule v16), fitted to one steady Darknet19 step at 1024^2
+// (docs/benchmarks.md). `segtile plan --calibrate` measures the host's.
+// They must stay in proportion to each other: the planner trades
+// recomputed FLOPs and activations against checkpoint copies and calls.
+// (Planner versions 1-3 defaulted to 20 GFLOP/s, 7x below this machine's
+// rate, which made recomputation look 7x dearer than copies.)
 struct TimeRates {
-    double flops_per_second = 20e9;    // kernels' arithmetic (calibrate: autoscheduler/calibrate.h)
-    // Kernels' activation traffic, in elements. The default keeps the
-    // ratio measured here (147 GFLOP/s against 1.8 G elements/s, schedule
-    // v16): 82 FLOPs take as long as one element read or written.
-    double elements_per_second = 20e9 / 82;
-    double bytes_per_second = 5e9;     // window copies and overlap-adds
-    double seconds_per_tile = 30e-6;   // call overhead per kernel call
+    double flops_per_second = 147e9;     // kernels' arithmetic (calibrate: autoscheduler/calibrate.h)
+    double elements_per_second = 1.8e9;  // kernels' activation elements read or written
+    double bytes_per_second = 5e9;       // the executor's window copies and overlap-adds
+    double seconds_per_tile = 30e-6;     // call overhead per kernel call
 };
 
 struct PlanRequest {
