@@ -220,15 +220,17 @@ TEST(TimeModel, TrafficBoundSegmentsTakeLongerThanTheirFlops) {
     Model m = load_model("darknet19");
     const std::vector<int> cuts = parse_cuts(m, "conv3,conv4,conv5");
     const std::vector<TileSize> whole(4, TileSize{0, 0});
-    PlanRequest flops_only = request(256, 256, 0, false);
-    flops_only.rates.elements_per_second = 1e30;
-    const Plan a = evaluate_plan(m, flops_only, cuts, whole, nullptr);
+    PlanRequest no_traffic = request(256, 256, 0, false), flops_only = no_traffic;
+    no_traffic.rates.elements_per_second = 1e30;
+    flops_only.rates = {1e11, 1e30, 1e30, 0};  // FLOPs only: no copies, no calls either
+    const Plan a = evaluate_plan(m, no_traffic, cuts, whole, nullptr);
+    const Plan f = evaluate_plan(m, flops_only, cuts, whole, nullptr);
     const Plan b = evaluate_plan(m, request(256, 256, 0, false), cuts, whole, nullptr);
     ASSERT_EQ(a.segments.size(), 4u);
     ASSERT_EQ(m.layers[b.segments[1].first].name, "bn3");
     ASSERT_EQ(m.layers[b.segments[1].last].name, "conv4");
     for (size_t k = 0; k < 4; k++) EXPECT_GT(b.segments[k].seconds, a.segments[k].seconds);
-    const double share_flops = a.segments[1].seconds / a.segments[2].seconds;
+    const double share_flops = f.segments[1].seconds / f.segments[2].seconds;
     const double share_traffic = b.segments[1].seconds / b.segments[2].seconds;
     EXPECT_LT(share_flops, 0.2);
     EXPECT_GT(share_traffic, 2 * share_flops);
