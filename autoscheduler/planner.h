@@ -50,10 +50,11 @@ public:
 // A segment's predicted time: its FLOPs (halo recomputation included) at
 // one rate, plus the activation elements its layers read and write
 // (spec/cost.h layer_traffic) at another, plus the executor's copies and
-// the kernel calls. FLOPs alone predicted Darknet19's segments at 1024^2
-// 0.7x to 3.5x off, by how memory-bound they are (a 1x1 conv after a
-// batch norm on 256^2 planes against a 3x3 conv on 32^2); with the
-// elements, 0.8x to 1.3x (docs/design.md, Planner).
+// the kernel calls. With FLOPs alone, Darknet19's measured segment times
+// at 1024^2 were 0.63x to 2.61x the prediction (best common scale), by
+// how memory-bound they are (a 1x1 conv after a batch norm on 256^2 planes
+// against a 3x3 conv on 32^2); with the elements, 0.79x to 1.51x
+// (docs/design.md, Planner).
 // Defaults: measured on the development machine (2 cores of an AMD EPYC,
 // AVX-512; schedule v16), fitted to one steady Darknet19 step at 1024^2
 // (docs/benchmarks.md). `segtile plan --calibrate` measures the host's.
