@@ -40,10 +40,13 @@ double step_seconds(JitTrainingStep &step, const Model &m, int size, int reps) {
     return best;
 }
 
-// The calibration steps use the channel counts of real layers: with 16
-// and 32 channels (the first version) both rates came out 5x and 30x below
-// what Darknet19's segment kernels sustain (31 GFLOP/s, 55 M elements/s
-// against 147 and 1.8 G fitted to a measured step).
+// The calibration steps use the channel counts of real layers. Still,
+// untiled JIT steps (every buffer allocated fresh per call, the image's
+// gradient computed) run far slower than the executor's segment kernels:
+// here they measured 12.9 GFLOP/s and 0.61 G elements/s against 147 and
+// 1.8 G fitted to a measured Darknet19 step (docs/benchmarks.md,
+// 2026-12-04), so the defaults predict this machine better. Timing
+// segment kernels through the executor would fix that.
 // Arithmetic-bound: two 3x3 convs of 64 channels (as VGG16's conv1_2).
 Model conv_model() {
     return ModelBuilder("calibration", 64)
