@@ -38,6 +38,15 @@ int64_t predicted_untiled_peak(const std::string &model, int size) {
     return plan_step(load_model(model), size, 0, true).peak_bytes;
 }
 
+void run_capped_fraction(const std::string &model, int size, double fraction, double untiled_peak_bytes,
+                         double peak_gflops, IsolatedResult &r) {
+    double base = untiled_peak_bytes;
+    r.counters["cap_from_prediction"] = base > 0 ? 0 : 1;
+    if (base <= 0) base = (double)predicted_untiled_peak(model, size);
+    r.counters["untiled_peak_bytes"] = base;
+    run_capped_step(model, size, (int64_t)(fraction * base), peak_gflops, r);
+}
+
 void run_capped_step(const std::string &name, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
                      const CappedStepOptions &opt) {
     using clock = std::chrono::steady_clock;

@@ -35,6 +35,13 @@ struct CappedStepOptions {
 void run_capped_step(const std::string &model, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
                      const CappedStepOptions &opt = {});
 
+// run_capped_step under `fraction` of the untiled step's peak working
+// memory: `untiled_peak_bytes` as measured, or 0 where the untiled step did
+// not run (then the planner's prediction of it stands in; counters
+// cap_from_prediction and untiled_peak_bytes say which).
+void run_capped_fraction(const std::string &model, int size, double fraction, double untiled_peak_bytes,
+                         double peak_gflops, IsolatedResult &r);
+
 // The planner's prediction for the step with no cap (one segment, the whole
 // image as its tile), with the same exact kernel memory: what capped runs
 // are sized from where the untiled step itself cannot run (VGG16 at 4096^2

@@ -79,13 +79,8 @@ void run_config(benchmark::State &state, const std::string &model, int size, con
         IsolatedResult r = run_isolated(
             [&](IsolatedResult &out) {
                 if (s.cap_fraction == 0) return run_training_step(c, opt.peak_gflops, out);
-                // Where segtile's untiled step did not run, the planner's
-                // prediction of it (counter cap_from_prediction).
-                double base = untiled.count(key) ? untiled.at(key) : 0;
-                out.counters["cap_from_prediction"] = base > 0 ? 0 : 1;
-                if (base <= 0) base = (double)predicted_untiled_peak(model, size);
-                out.counters["untiled_peak_bytes"] = base;
-                run_capped_step(model, size, (int64_t)(s.cap_fraction * base), opt.peak_gflops, out);
+                run_capped_fraction(model, size, s.cap_fraction, untiled.count(key) ? untiled.at(key) : 0,
+                                    opt.peak_gflops, out);
             },
             limit);
         for (const auto &[k, v] : r.counters) state.counters[k] = v;

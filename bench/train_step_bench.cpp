@@ -63,12 +63,8 @@ void run_step_under_cap(const MemoryCap &cap, const StepConfig &c, double untile
     // Capped runs: plan for cap.fraction * untiled_peak_bytes, run the plan
     // with the SegmentedExecutor, report the same counters. Where the
     // untiled step did not run (too big for the machine), the planner's
-    // prediction for it stands in (counter cap_from_prediction = 1).
-    double base = untiled_peak_bytes;
-    r.counters["cap_from_prediction"] = base > 0 ? 0 : 1;
-    if (base <= 0) base = (double)predicted_untiled_peak(c.model, c.size);
-    r.counters["untiled_peak_bytes"] = base;
-    run_capped_step(c.model, c.size, (int64_t)(cap.fraction * base), peak_gflops, r);
+    // prediction for it stands in.
+    run_capped_fraction(c.model, c.size, cap.fraction, untiled_peak_bytes, peak_gflops, r);
 }
 
 struct Config {
