@@ -27,6 +27,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     req.optimizer_copies = opt.optimizer == "adam" ? 2 : 1;
     req.device = opt.target == "cuda";
     req.image_gradient = opt.image_gradient;
+    if (!opt.cuts.empty()) req.allowed_cuts = {opt.cuts == "none" ? std::vector<int>{} : parse_cuts(m, opt.cuts)};
     const char *threads = std::getenv("HL_NUM_THREADS");
     req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
     // The time model's rates: measured on this machine once, then reused.

@@ -19,6 +19,7 @@ struct PlanOptions {
     bool calibrate = false;      // measure this machine's rates first (and save them)
     std::string target = "cpu";  // "cuda": memory_cap caps device memory; kernels lowered with the GPU schedule
     bool image_gradient = false; // training needs the parameters' gradients only (PlanRequest)
+    std::string cuts;            // "conv2,conv3": only these cuts (tiles still searched); empty: search cuts
 };
 
 // Plans (printing what it does: lowering kernels takes seconds per segment).

@@ -106,6 +106,8 @@ public:
         Eval e;
         auto [layout, s] = single_segment(m_, a, b, req_.image_gradient);
         const SegmentSpec &seg = layout.segments[s];
+        // Its backward gives nothing training reads: the executor skips it.
+        const bool backward = backward_needed(m_, layout)[s];
         // The inputs whose gradient windows the backward calls hold.
         const auto bsig = kernel_signature(m_, layout, KernelKind::Backward, s);
         std::vector<int> graded;
@@ -131,7 +133,10 @@ public:
                 KernelCall fc = tile_kernel_call(m_, layout, KernelKind::Forward, s, c, shapes_, req_.width, req_.height);
                 KernelCall bc = tile_kernel_call(m_, layout, KernelKind::Backward, s, c, shapes_, req_.width, req_.height);
                 fc.threads = bc.threads = req_.threads;
-                fk = std::max(fk, (int64_t)(scale * (double)km.peak(layout, KernelKind::Forward, s, fc)));
+                const int64_t f_here = (int64_t)(scale * (double)km.peak(layout, KernelKind::Forward, s, fc));
+                if (!backward && f_here >= fk) w = c;
+                fk = std::max(fk, f_here);
+                if (!backward) continue;
                 const int64_t b_here = (int64_t)(scale * (double)km.peak(layout, KernelKind::Backward, s, bc));
                 int64_t windows = 0;
                 for (int t : graded) windows += box_pixels(*c.need[t]) * channels_of(m_, t);
@@ -141,6 +146,7 @@ public:
                     w = c;
                 }
             }
+        if (!backward) graded.clear();
         int64_t partials = layer_sum(trainable_bytes_, seg.first, seg.last), grad_windows = 0, window_bytes = 0;
         for (int t : seg.inputs) {
             const int64_t bytes = box_pixels(*w.need[t]) * channels_of(m_, t) * req_.type_bytes;
@@ -157,14 +163,14 @@ public:
         e.plan.window_width = w.need[primary_input]->x.hi - w.need[primary_input]->x.lo + 1;
         e.plan.window_height = w.need[primary_input]->y.hi - w.need[primary_input]->y.lo + 1;
         e.plan.forward_bytes = fk;
-        e.plan.backward_bytes = partials + grad_windows + bk;
+        e.plan.backward_bytes = backward ? partials + grad_windows + bk : 0;
         if (req_.device) {
             // Halide copies every input of a call to the device and allocates
             // its outputs there: the segment's parameters, the input windows,
             // the output (forward) or output-gradient (backward) tiles.
             const int64_t params = layer_sum(param_bytes_, seg.first, seg.last);
             e.plan.forward_bytes += params + window_bytes + out_bytes;
-            e.plan.backward_bytes += params + window_bytes + out_bytes;
+            if (backward) e.plan.backward_bytes += params + window_bytes + out_bytes;
         }
         e.plan.kernel_bytes = bk;
         e.plan.exact = use_exact && exact_ && exact_->exact();
@@ -190,21 +196,22 @@ public:
             // Per pixel costs from a 1x1 evaluation scale linearly with area.
             const LayerFlops one = layer_flops(m_, l, 1, 1);
             const LayerTraffic traffic = layer_traffic(m_, l, 1, 1);
-            const double px = sum_w[l] * sum_h[l], forwards = again[l] ? 2 : 1;
-            executed += px * (forwards * one.forward + one.backward());
-            elements += px * (forwards * traffic.forward + traffic.backward);
-            untiled += (double)shapes_[l].width * shapes_[l].height * one.total();
+            const double px = sum_w[l] * sum_h[l], forwards = again[l] && backward ? 2 : 1;
+            executed += px * (forwards * one.forward + (backward ? one.backward() : 0));
+            elements += px * (forwards * traffic.forward + (backward ? traffic.backward : 0));
+            // Untiled training skips such a backward too.
+            untiled += (double)shapes_[l].width * shapes_[l].height * (backward ? one.total() : one.forward);
         }
         e.plan.recompute = untiled > 0 ? executed / untiled : 1;
         const double tiles = (double)(nx * ny);
-        const double moved = tiles * (3.0 * window_bytes + 2.0 * out_bytes) + tiles * 2.0 * partials;
+        // Forward: windows read, tiles written; backward: windows read again,
+        // gradient windows written and added, output gradients read, partials added.
+        const double moved = tiles * (window_bytes + out_bytes) +
+                             (backward ? tiles * (2.0 * window_bytes + out_bytes + 2.0 * partials) : 0);
         e.plan.seconds = executed / req_.rates.flops_per_second + elements / req_.rates.elements_per_second +
-                         moved / req_.rates.bytes_per_second + 2 * tiles * req_.rates.seconds_per_tile;
+                         moved / req_.rates.bytes_per_second + (backward ? 2 : 1) * tiles * req_.rates.seconds_per_tile;
         e.seconds = e.plan.seconds;
         for (int t : seg.outputs) e.store += 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
-        // A kernel keeps the image's gradient unasked where it is its only
-        // output (spec/kernel_signature.h); asked for, image_grad_bytes().
-        if (!req_.image_gradient && std::count(graded.begin(), graded.end(), L)) e.store += image_bytes();
         e.feasible = true;
         return e;
     }

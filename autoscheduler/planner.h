@@ -33,7 +33,8 @@ namespace segtile {
 // 2: a layer's forward counted twice only where its backward needs it again
 // 3: the image's gradient only where the request asks for it
 // 4: the time model counts activation traffic beside FLOPs
-constexpr int kPlannerVersion = 4;
+// 5: a backward that gives nothing training reads is not run (spec/segments.h backward_needed)
+constexpr int kPlannerVersion = 5;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for

@@ -91,8 +91,11 @@ SegmentedExecutor::SegmentedExecutor(const Model &m, SegmentLayout layout, Model
         throw std::invalid_argument("give one tile size per segment (" + std::to_string(S) + " segments)");
     // The kernels say whether the image's gradient is computed (built with
     // SegmentLayout::image_gradient); the store holds it only then.
+    // A backward that gives nothing training reads is not run (backward_needed).
+    backward_needed_ = backward_needed(m, layout_);
     image_gradient_ = has_arg(kernels_.head->signature(), "grad_in_image");
-    for (const auto &k : kernels_.backward) image_gradient_ = image_gradient_ || has_arg(k->signature(), "grad_in_image");
+    for (size_t s = 0; s < S; s++)
+        if (backward_needed_[s]) image_gradient_ = image_gradient_ || has_arg(kernels_.backward[s]->signature(), "grad_in_image");
 }
 
 void SegmentedExecutor::allocate_store(int64_t width, int64_t height) {
@@ -366,7 +369,8 @@ double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_tar
         double loss = 0;
         run_head(labels_or_targets, params, predictions, n, loss);
         total += loss;
-        for (int s = (int)layout_.segments.size() - 1; s >= 0; s--) run_segment(s, true, params);
+        for (int s = (int)layout_.segments.size() - 1; s >= 0; s--)
+            if (backward_needed_[s]) run_segment(s, true, params);
         if (grad_images) {
             Buffer dst = batch_item(grad_images->view(), n);
             dst.copy_from(grads_[L].view());

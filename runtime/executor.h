@@ -104,6 +104,7 @@ private:
     Halide::Runtime::Buffer<> image_;     // the current image, (W, H, C, 1)
     int64_t tiles_run_ = 0;
     bool image_gradient_ = true;
+    std::vector<bool> backward_needed_;  // per segment (spec/segments.h backward_needed)
     bool device_ = false;
     int64_t device_cap_ = 0;
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment

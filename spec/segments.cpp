@@ -80,6 +80,27 @@ SegmentLayout make_segments(const Model &m, std::vector<int> cuts, bool image_gr
     return out;
 }
 
+std::vector<bool> backward_needed(const Model &m, const SegmentLayout &layout) {
+    const int L = (int)m.layers.size();
+    std::vector<bool> trainable(L, false);
+    for (const auto &p : m.params()) trainable[p.layer] = trainable[p.layer] || p.trainable;
+    std::vector<bool> needed(layout.segments.size(), false);
+    for (size_t s = 0; s < layout.segments.size(); s++) {  // producers come before their readers
+        const SegmentSpec &seg = layout.segments[s];
+        for (int l = seg.first; l <= seg.last; l++) needed[s] = needed[s] || trainable[l];
+        for (int t : seg.inputs) {
+            if (t == L) {
+                needed[s] = needed[s] || layout.image_gradient;
+                continue;
+            }
+            for (size_t p = 0; p < s; p++)
+                if (std::count(layout.segments[p].outputs.begin(), layout.segments[p].outputs.end(), t))
+                    needed[s] = needed[s] || needed[p];
+        }
+    }
+    return needed;
+}
+
 std::vector<int> parse_cuts(const Model &m, const std::string &s) {
     std::vector<int> cuts;
     std::stringstream ss(s);

@@ -37,6 +37,14 @@ int trunk_end(const Model &m);
 // Throws ModelError if a cut is out of range or inside the head.
 SegmentLayout make_segments(const Model &m, std::vector<int> cuts, bool image_gradient = true);
 
+// Per segment, whether its backward kernel gives a gradient training uses:
+// its parameters' or, through an input, one a needed backward (or the
+// image's gradient, where the layout asks for it) reads. A segment of
+// parameterless layers reading only the image (a first downsampling
+// layer) gives nothing without the image's gradient, though its kernel
+// computes that gradient (spec/kernel_signature.h): the executor skips it.
+std::vector<bool> backward_needed(const Model &m, const SegmentLayout &layout);
+
 // Cuts from a string of layer names or indices, "conv3,pool4" or "5,9".
 std::vector<int> parse_cuts(const Model &m, const std::string &s);
 

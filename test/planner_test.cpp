@@ -184,6 +184,25 @@ TEST(Planner, WithoutImageGradientStoreAndFirstSegmentShrink) {
     EXPECT_TRUE(plan_from_json(plan_to_json(with), m, "plan.json").image_gradient);
 }
 
+// marks_cnn starts with a 4x4 max pool. Cut after it, its segment's
+// backward gives only the image's gradient, which training skips: that
+// segment costs its forward alone (no backward memory, half the calls),
+// and the store holds no image gradient.
+TEST(Planner, SkippedBackwardCostsNothing) {
+    Model m = load_model("marks_cnn");
+    const std::vector<int> cuts = parse_cuts(m, "down,pool2");
+    const std::vector<TileSize> tiles = {{64, 64}, {32, 32}, {0, 0}};
+    const Plan with = evaluate_plan(m, request(1024, 1024, 0, true), cuts, tiles, nullptr);
+    const Plan without = evaluate_plan(m, request(1024, 1024, 0, false), cuts, tiles, nullptr);
+    ASSERT_EQ(without.segments.size(), 3u);
+    EXPECT_GT(with.segments[0].backward_bytes, 0);
+    EXPECT_EQ(without.segments[0].backward_bytes, 0);
+    EXPECT_EQ(without.segments[0].forward_bytes, with.segments[0].forward_bytes);
+    EXPECT_LT(2 * without.segments[0].seconds, with.segments[0].seconds);
+    for (size_t k = 1; k < 3; k++) EXPECT_EQ(without.segments[k].seconds, with.segments[k].seconds);
+    EXPECT_EQ(with.checkpoint_bytes - without.checkpoint_bytes, 1024 * 1024 * 4);
+}
+
 // What a layer reads and writes: its input (per output pixel stride^2 x
 // input channels) and output, forward; twice that backward.
 TEST(TimeModel, LayerTrafficCountsInputAndOutput) {

@@ -73,6 +73,13 @@ TEST(Signatures, ImageGradientOnlyWhereAskedOrNeeded) {
     for (const auto &a : only) outputs += a.output;
     EXPECT_EQ(outputs, 1);
     EXPECT_FALSE(has_arg(kernel_signature(p, pl, KernelKind::Backward, 1), "grad_in_image"));
+    // That backward gives nothing training reads, unless the image's gradient is asked for.
+    EXPECT_EQ(backward_needed(p, pl), (std::vector<bool>{false, true}));
+    EXPECT_EQ(backward_needed(p, make_segments(p, parse_cuts(p, "pool0"), true)), (std::vector<bool>{true, true}));
+    EXPECT_EQ(backward_needed(p, make_segments(p, {}, false)), (std::vector<bool>{true}));
+    // A segment with parameters, and every one after it, is needed.
+    EXPECT_EQ(backward_needed(m, make_segments(m, parse_cuts(m, "pool1,pool3"), false)),
+              (std::vector<bool>{true, true, true}));
 }
 
 TEST(Segments, BadCutsFailWithWhatToChange) {

@@ -14,6 +14,7 @@
 #include "generators/model_graph.h"
 #include "generators/training_step.h"
 #include "runtime/executor.h"
+#include "spec/builder.h"
 #include "test/test_support.h"
 
 using namespace segtile;
@@ -144,6 +145,44 @@ TEST_P(TiledModels, EqualUntiled) {
                 std::chrono::duration<double>(t2 - t1).count(), (long long)exec.tiles_run());
 }
 
+// One tiled step in float64 under the CPU schedule, with or without the
+// image's gradient; what the tests below compare.
+struct StepRun {
+    MemoryLedger ledger;
+    std::unique_ptr<SegmentedExecutor> exec;
+    std::unique_ptr<ParamStore> store;
+    Tensor prediction;  // (1, 1, K, N)
+    double loss = 0;
+
+    StepRun(const Model &m, const std::string &cuts, const std::vector<TileSize> &tiles, bool image_gradient,
+            const Tensor &images, const Halide::Buffer<> &lt, const std::vector<Halide::Buffer<>> &params) {
+        const SegmentLayout layout = make_segments(m, parse_cuts(m, cuts), image_gradient);
+        exec = std::make_unique<SegmentedExecutor>(
+            m, layout, jit_model_kernels(m, layout, Halide::Float(64), &ledger, Schedule::Cpu), tiles, &ledger,
+            halide_type_of<double>());
+        store = std::make_unique<ParamStore>(m, &ledger, halide_type_of<double>());
+        for (size_t p = 0; p < params.size(); p++) {
+            Halide::Buffer<double> src(params[p]);
+            std::copy(src.begin(), src.end(), store->values[p].as<double>());
+        }
+        const TensorShape ps = m.shapes(images.dims()[0], images.dims()[1])[m.loss.input_id];
+        prediction = Tensor({ps.width, ps.height, ps.channels, images.dims()[3]}, nullptr, MemoryLedger::Kind::Data,
+                            halide_type_of<double>());
+        loss = exec->step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *store, &prediction);
+    }
+
+    // Every trainable parameter's gradient equals `other`'s to 1e-13.
+    void expect_same_gradients(const StepRun &other) const {
+        for (size_t p = 0; p < store->specs().size(); p++) {
+            if (!store->specs()[p].trainable) continue;
+            EXPECT_LE(segtile::testing::rel_diff(store->grads[p].as<double>(), other.store->grads[p].as<double>(),
+                                                 store->grads[p].numel()),
+                      1e-13)
+                << store->specs()[p].name;
+        }
+    }
+};
+
 // Training without the image's gradient: the same loss and parameter
 // gradients, a store smaller by exactly the image's gradient, no gradient
 // windows of the image, and a step that refuses to fill grad_images.
@@ -157,41 +196,13 @@ TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
     auto params = segtile::testing::random_params(m, rng);
     Tensor images = to_tensor(image);
     const std::vector<TileSize> tiles = {{7, 5}, {3, 3}, {2, 4}};
-    struct Run {
-        MemoryLedger ledger;
-        std::unique_ptr<SegmentedExecutor> exec;
-        std::unique_ptr<ParamStore> store;
-        Tensor prediction;  // (1, 1, K, N)
-        double loss = 0;
-    };
     const TensorShape ps = m.shapes(W, H)[m.loss.input_id];
-    auto run = [&](bool image_gradient, Run &r) {
-        SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,relu2"), image_gradient);
-        r.exec = std::make_unique<SegmentedExecutor>(
-            m, layout, jit_model_kernels(m, layout, Halide::Float(64), &r.ledger, Schedule::Cpu), tiles, &r.ledger,
-            halide_type_of<double>());
-        r.store = std::make_unique<ParamStore>(m, &r.ledger, halide_type_of<double>());
-        for (size_t p = 0; p < params.size(); p++) {
-            Halide::Buffer<double> src(params[p]);
-            std::copy(src.begin(), src.end(), r.store->values[p].as<double>());
-        }
-        r.prediction = Tensor({ps.width, ps.height, ps.channels, N}, nullptr, MemoryLedger::Kind::Data,
-                              halide_type_of<double>());
-        r.loss = r.exec->step(images, Halide::Runtime::Buffer<>(*lt.raw_buffer()), *r.store, &r.prediction);
-    };
-    Run with, without;
-    run(true, with);
-    run(false, without);
+    StepRun with(m, "pool1,relu2", tiles, true, images, lt, params);
+    StepRun without(m, "pool1,relu2", tiles, false, images, lt, params);
     EXPECT_TRUE(with.exec->image_gradient());
     EXPECT_FALSE(without.exec->image_gradient());
     EXPECT_EQ(without.loss, with.loss);
-    for (size_t p = 0; p < params.size(); p++) {
-        if (!with.store->specs()[p].trainable) continue;
-        EXPECT_LE(segtile::testing::rel_diff(without.store->grads[p].as<double>(), with.store->grads[p].as<double>(),
-                                             with.store->grads[p].numel()),
-                  1e-13)
-            << with.store->specs()[p].name;
-    }
+    without.expect_same_gradients(with);
     const int64_t image_grad_bytes = (int64_t)W * H * m.input_channels * (int64_t)sizeof(double);
     EXPECT_EQ(with.exec->checkpoint_bytes() - without.exec->checkpoint_bytes(), image_grad_bytes);
     EXPECT_EQ(with.ledger.peak(MemoryLedger::Kind::Checkpoint) - without.ledger.peak(MemoryLedger::Kind::Checkpoint),
@@ -211,6 +222,39 @@ TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
         EXPECT_EQ(evaluated.as<double>()[i], without.prediction.as<double>()[i]) << i;
     // A step runs every tile forward and backward; evaluate() forward only.
     EXPECT_EQ(2 * (without.exec->tiles_run() - tiles_before), tiles_before);
+}
+
+// A first segment of parameterless layers reading only the image (a
+// downsampling pool, as in marks_cnn) gives, backward, only the image's
+// gradient. Without it the executor skips that backward: the same
+// parameter gradients, no image gradient in the store, and segment 0's
+// tiles run forward only.
+TEST(TiledTraining, ParameterlessFirstSegmentSkipsItsBackward) {
+    Model m = ModelBuilder("pool_first", 1)
+                  .max_pool("pool0", 2)
+                  .conv2d("conv1", 4, 3).padding(1)
+                  .relu("relu1")
+                  .global_avg_pool("gap")
+                  .flatten("flat")
+                  .dense("fc", 2)
+                  .loss(LossKind::SoftmaxCrossEntropy)
+                  .build();
+    const int W = 36, H = 28, N = 2;
+    std::mt19937 rng(29);
+    Halide::Buffer<double> image = segtile::testing::random_buffer({W, H, m.input_channels, N}, rng);
+    Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, W, H, N, rng);
+    auto params = segtile::testing::random_params(m, rng);
+    Tensor images = to_tensor(image);
+    const std::vector<TileSize> tiles = {{5, 4}, {3, 3}};  // pool0's 18x14: 4x4 tiles in segment 0
+    StepRun with(m, "pool0", tiles, true, images, lt, params);
+    StepRun without(m, "pool0", tiles, false, images, lt, params);
+    EXPECT_TRUE(with.exec->image_gradient());
+    EXPECT_FALSE(without.exec->image_gradient());
+    EXPECT_EQ(without.loss, with.loss);
+    without.expect_same_gradients(with);
+    EXPECT_EQ(with.exec->checkpoint_bytes() - without.exec->checkpoint_bytes(),
+              (int64_t)W * H * m.input_channels * (int64_t)sizeof(double));
+    EXPECT_EQ(with.exec->tiles_run() - without.exec->tiles_run(), N * 4 * 4);
 }
 
 // Each case compiles its own kernels (about a minute for VGG16 on two
