@@ -130,7 +130,8 @@ std::string plan_table(const Plan &p, const Model &m) {
         const std::string window = std::to_string(s.window_width) + "x" + std::to_string(s.window_height);
         std::snprintf(line, sizeof line, "%-3zu %-*s %11s %7lld %11s %9.2f %11s %11s %8.2f%s\n", k, width, layers.c_str(),
                       tile.c_str(), (long long)s.tiles, window.c_str(), s.recompute,
-                      format_bytes(s.forward_bytes).c_str(), format_bytes(s.backward_bytes).c_str(), s.seconds,
+                      format_bytes(s.forward_bytes).c_str(),
+                      s.backward_bytes > 0 ? format_bytes(s.backward_bytes).c_str() : "not run", s.seconds,
                       s.exact ? "" : "  (kernel memory estimated)");
         o << line;
     }

@@ -18,7 +18,7 @@ struct SegmentPlan {
     int64_t window_width = 0, window_height = 0;  // input window of an interior tile
     double recompute = 1;           // FLOPs executed / FLOPs of the segment untiled (forward + backward)
     int64_t forward_bytes = 0;      // predicted working memory of a forward tile call (runtime + kernel)
-    int64_t backward_bytes = 0;     // the same for a backward tile call
+    int64_t backward_bytes = 0;     // the same for a backward tile call; 0: not run (spec/segments.h backward_needed)
     int64_t kernel_bytes = 0;       // of which the backward kernel's own allocations
     bool exact = false;             // kernel memory from the lowered code (else the analytic estimate)
     double seconds = 0;             // predicted, per image
