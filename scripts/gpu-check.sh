@@ -60,6 +60,28 @@ run_sampled() {
   wait "$sampler" 2>/dev/null
 }
 
+# Halide's CUDA runtime opens "libcuda.so"; a driver-only install (a
+# container, say) may hold only libcuda.so.1, and then every kernel would
+# find no device and the exactness tests would skip. Point it at .so.1.
+find_libcuda() {
+  local d
+  for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/wsl/lib; do
+    [ -e "$d/libcuda.so" ] && { echo "$d/libcuda.so"; return; }
+  done
+  ldconfig -p 2>/dev/null | grep -q 'libcuda\.so ' && { echo "libcuda.so (ldconfig)"; return; }
+  local so1
+  so1=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
+  for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
+    [ -z "$so1" ] && [ -e "$d/libcuda.so.1" ] && so1="$d/libcuda.so.1"
+  done
+  [ -z "$so1" ] && { echo "not found"; return; }
+  mkdir -p "$out/libcuda"
+  ln -sf "$so1" "$out/libcuda/libcuda.so"
+  echo "$so1 (as $out/libcuda/libcuda.so)"
+}
+echo "libcuda: $(find_libcuda)" | tee "$out/libcuda.txt"
+[ -d "$out/libcuda" ] && export LD_LIBRARY_PATH="$out/libcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 nvidia-smi -q > "$out/nvidia-smi-q.txt" 2>&1
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$out/idle-memory-mib.txt" 2>&1
@@ -77,7 +99,8 @@ for size in $SIZES; do
     done
   done
   case $size in 4096) limit=60 ;; 8192) limit=120 ;; *) limit=240 ;; esac
-  for model in vgg16 darknet19; do
+  # Darknet19 first: the cheaper step, so a short budget cuts VGG16's.
+  for model in darknet19 vgg16; do
     run_sampled "segtile_${model}_${size}" "$limit" \
       "$bundle/bin/segtile_gpu_check" "$model" "$size" "$TILE_PX" "$out/segtile_${model}_${size}.json" \
       $((CAP_GIB * 1024 * 1024 * 1024))
@@ -117,9 +140,21 @@ for rc_file in sorted(glob.glob(os.path.join(out, "*.rc"))):
             r["device_used_peak_over_idle_mib"] = max(vals) - idle
             r["over_cap"] = (max(vals) - idle) > cap * 1024
     runs.append(r)
-summary = {"cap_gib": cap, "idle_device_mib": idle, "runs": runs}
+# A skipped exactness test on a machine with a GPU means the kernels found
+# no device (libcuda): that is a failure of the check, not a pass.
+exact = {"passed": 0, "failed": 0, "skipped": 0}
+try:
+    for suite in json.load(open(os.path.join(out, "exactness.json")))["testsuites"]:
+        for t in suite["testsuite"]:
+            k = "skipped" if t.get("result") == "SKIPPED" else "failed" if t.get("failures") else "passed"
+            exact[k] += 1
+except (OSError, ValueError, KeyError):
+    exact["error"] = "no readable exactness.json"
+print("exactness tests:", exact)
+summary = {"cap_gib": cap, "idle_device_mib": idle, "exactness": exact, "runs": runs}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 for r in runs:
-    print(r["run"], r.get("status", r["exit"]), r.get("seconds", ""), r.get("device_used_peak_over_idle_mib", ""))
+    print(r["run"], r.get("status", r["exit"]), r.get("seconds", ""), r.get("device_used_peak_over_idle_mib", ""),
+          r.get("device_peak_bytes", r.get("peak_allocated_bytes", "")), r.get("error", "")[:200])
 EOF
 echo "gpu-check: $(( $(date +%s) - start )) s; results in $out"
