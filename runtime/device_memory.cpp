@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -121,6 +122,18 @@ int64_t device_bytes_live() {
     DeviceTable &t = table();
     std::lock_guard<std::mutex> lock(t.mutex);
     return t.live_bytes;
+}
+
+std::vector<int64_t> device_allocations_of(const MemoryLedger *ledger) {
+    DeviceTable &t = table();
+    std::vector<int64_t> sizes;
+    {
+        std::lock_guard<std::mutex> lock(t.mutex);
+        for (const auto &[ptr, a] : t.live)
+            if (a.ledger == ledger) sizes.push_back((int64_t)a.bytes);
+    }
+    std::sort(sizes.rbegin(), sizes.rend());
+    return sizes;
 }
 
 }  // namespace segtile

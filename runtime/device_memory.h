@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/memory_ledger.h"
 
@@ -64,5 +65,9 @@ void detach_device_allocations(const MemoryLedger *ledger);
 // Device bytes allocated through the counting cuMemAlloc and not yet freed,
 // whatever ledger they are charged to.
 int64_t device_bytes_live();
+
+// The sizes of the live device allocations charged to `ledger`, largest
+// first: what a leak report names.
+std::vector<int64_t> device_allocations_of(const MemoryLedger *ledger);
 
 }  // namespace segtile

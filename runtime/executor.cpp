@@ -71,6 +71,21 @@ void sync_to_host(std::deque<Buffer> &views) {
     }
 }
 
+// Before a device kernel call: Halide copies an input to a fresh device
+// allocation only when its host side is marked dirty (halide_copy_to_device
+// skips a clean one), and a view of a host tensor starts clean, so without
+// this the kernel reads uninitialised device memory (found on an H200,
+// 2026-12-04: zero weights, a loss of ln 2, NaNs). An input that already
+// has its device copy (a segment's parameters after its first tile) is left
+// alone and not copied again.
+void mark_inputs_host_dirty(const std::vector<KernelArg> &sig, const std::vector<void *> &args) {
+    for (size_t i = 0; i < sig.size() && i < args.size(); i++) {
+        if (sig[i].scalar || sig[i].output) continue;
+        auto *b = static_cast<halide_buffer_t *>(args[i]);
+        if (b && b->host && b->device == 0) b->set_host_dirty(true);
+    }
+}
+
 // Image n of a batch as a (W, H, C, 1) buffer with n at 0, as kernels expect.
 Buffer batch_item(const Buffer &b, int n) {
     Buffer v = b.sliced(b.dimensions() - 1, n);
@@ -314,6 +329,7 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
 // figures to change it (the text built only then: this runs per tile).
 void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &args, const char *kind, int segment) {
     if (!device_) return kernel.call(args);
+    mark_inputs_host_dirty(kernel.signature(), args);
     DeviceMemoryScope scope(ledger_, device_cap_);
     try {
         kernel.call(args);

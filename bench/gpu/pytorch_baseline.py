@@ -88,7 +88,9 @@ def main():
     if a.mode == "checkpoint":
         result["segments"] = a.segments
     try:
-        dev = torch.device("cuda")
+        # An explicit index: set_per_process_memory_fraction refuses a bare
+        # "cuda" (torch 2.11 on the H200, 2026-12-04).
+        dev = torch.device("cuda", torch.cuda.current_device())
         total = torch.cuda.get_device_properties(dev).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, a.cap_gib * 2**30 / total), dev)
         result["device"] = torch.cuda.get_device_name(dev)

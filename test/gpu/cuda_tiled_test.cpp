@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 
+#include "runtime/device_memory.h"
 #include "runtime/executor.h"
 #include "test/gpu/cuda_device.h"
 #include "tiny_cnn_cuda.h"
@@ -71,7 +73,57 @@ void expect_same_step(const StepResult &a, const StepResult &b, const ParamStore
         EXPECT_LE(rel_diff(a.grads[p], b.grads[p]), tol) << names.specs()[p].name;
 }
 
+// Counts the inputs that reach a call clean: Halide copies an input into a
+// fresh device allocation only when its host side is marked dirty, so on
+// the device path a clean one would be read as uninitialised device memory.
+class InputFlagsKernel : public Kernel {
+public:
+    InputFlagsKernel(std::unique_ptr<Kernel> k, int *clean) : k_(std::move(k)), clean_(clean) {}
+    const std::vector<KernelArg> &signature() const override { return k_->signature(); }
+    void call(const std::vector<void *> &args) override {
+        const auto &sig = signature();
+        for (size_t i = 0; i < sig.size(); i++) {
+            if (sig[i].scalar || sig[i].output) continue;
+            const auto *b = static_cast<const halide_buffer_t *>(args[i]);
+            if (b->device == 0 && !b->host_dirty()) (*clean_)++;
+        }
+        k_->call(args);
+    }
+
+private:
+    std::unique_ptr<Kernel> k_;
+    int *clean_;
+};
+
+ModelKernels count_clean_inputs(ModelKernels k, int *clean) {
+    for (auto *list : {&k.forward, &k.backward})
+        for (auto &kernel : *list)
+            if (kernel) kernel = std::make_unique<InputFlagsKernel>(std::move(kernel), clean);
+    k.head = std::make_unique<InputFlagsKernel>(std::move(k.head), clean);
+    return k;
+}
+
 }  // namespace
+
+TEST(CudaLibraries, DevicePathHandsEveryInputHostDirty) {
+    // What the H200 found on 2026-12-04 (weights never copied to the
+    // device), checked without a GPU: on the device path no input reaches a
+    // kernel clean; the host path, which needs no copies, leaves them clean,
+    // so the count can fail.
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
+    const Tensor images = random_images({40, 33, 1, 1}, 9);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    const std::vector<TileSize> tiles{{5, 5}, {4, 4}, {3, 3}};
+    int clean_host = 0, clean_device = 0;
+    run_step(m, layout, count_clean_inputs(tiny_cnn_tiled_kernels(m, nullptr), &clean_host), tiles, false, images,
+             labels, 2);
+    run_step(m, layout, count_clean_inputs(tiny_cnn_tiled_kernels(m, nullptr), &clean_device), tiles, true, images,
+             labels, 2);
+    EXPECT_GT(clean_host, 0);
+    EXPECT_EQ(clean_device, 0);
+}
 
 TEST(CudaLibraries, DevicePathBindsTheSameBuffers) {
     // The executor's device path (parameters bound once per segment, outputs
@@ -142,7 +194,10 @@ TEST(CudaLibraries, DeviceMemoryIsCountedAndCapped) {
     step(0, free_ledger);
     const int64_t used = free_ledger.peak(MemoryLedger::Kind::Device);
     EXPECT_GT(used, 0) << "the CUDA runtime's allocations reach the ledger";
-    EXPECT_EQ(free_ledger.current(MemoryLedger::Kind::Device), 0) << "every tile's device buffers are freed";
+    std::string live;
+    for (int64_t b : device_allocations_of(&free_ledger)) live += " " + std::to_string(b);
+    EXPECT_EQ(free_ledger.current(MemoryLedger::Kind::Device), 0)
+        << "every tile's device buffers are freed; still live (bytes):" << live;
     MemoryLedger capped;
     EXPECT_NO_THROW(step(used, capped)) << "exactly the uncapped peak fits";
     EXPECT_LE(capped.peak(MemoryLedger::Kind::Device), used);

@@ -81,8 +81,10 @@ TEST(DeviceMemory, AllocationsInAScopeAreChargedToItsLedger) {
         ASSERT_EQ(alloc(&a, 1000), 0);
         ASSERT_EQ(alloc(&b, 3000), 0);
         EXPECT_EQ(ledger.current(kDevice), 4000);
+        EXPECT_EQ(segtile::device_allocations_of(&ledger), (std::vector<int64_t>{3000, 1000}));
         ASSERT_EQ(dfree(a), 0);
         EXPECT_EQ(ledger.current(kDevice), 3000);
+        EXPECT_EQ(segtile::device_allocations_of(&ledger), (std::vector<int64_t>{3000}));
     }
     EXPECT_EQ(fake().allocs - before, 2);
     EXPECT_EQ(ledger.peak(kDevice), 4000);
@@ -91,6 +93,7 @@ TEST(DeviceMemory, AllocationsInAScopeAreChargedToItsLedger) {
     // charged back to the ledger that paid.
     ASSERT_EQ(dfree(b), 0);
     EXPECT_EQ(ledger.current(kDevice), 0);
+    EXPECT_TRUE(segtile::device_allocations_of(&ledger).empty());
     EXPECT_EQ(fake().live.count(a) + fake().live.count(b), 0u);
 }
 
