@@ -32,7 +32,9 @@ int64_t LoweredKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, 
         }
     }
     int unknown = 0;
-    const int64_t bytes = it->second->peak(call, &unknown);
+    bool overflows = false;
+    const int64_t bytes = it->second->peak(call, &unknown, &overflows);
+    if (overflows) return kUnrunnableBytes;  // this tile cannot run; smaller ones may
     if (unknown > 0)
         throw std::runtime_error("kernel memory: " + std::to_string(unknown) + " allocations of the " + what() +
                                  " have sizes the planner cannot evaluate");

@@ -93,6 +93,7 @@ public:
     }
     int64_t peak = 0, live = 0;
     int unknown = 0;
+    bool overflows = false;  // some index arithmetic of this call exceeds 32 bits
 
 private:
     using IRVisitor::visit;
@@ -108,6 +109,19 @@ private:
         Expr v = simplify(bind_.mutate(e));
         if (auto i = as_const_int(v)) return *i;
         if (auto u = as_const_uint(v)) return (int64_t)*u;
+        // Halide's int32 index arithmetic overflows for this call (a GPU
+        // schedule's flat loop over x, y and channels of a huge tile, say):
+        // the simplifier says so rather than giving a value.
+        struct FindOverflow : IRVisitor {
+            bool found = false;
+            using IRVisitor::visit;
+            void visit(const Call *c) override {
+                if (c->is_intrinsic(Call::signed_integer_overflow)) found = true;
+                IRVisitor::visit(c);
+            }
+        } f;
+        v.accept(&f);
+        if (f.found) overflows = true;
         return std::nullopt;
     }
 
@@ -314,10 +328,11 @@ LoweredMemory::LoweredMemory(const std::vector<Halide::Func> &outputs, const std
     heap_allocations_ = c.count;
 }
 
-int64_t LoweredMemory::peak(const KernelCall &call, int *unknown) const {
+int64_t LoweredMemory::peak(const KernelCall &call, int *unknown, bool *overflows) const {
     PeakWalker w(call, functions_, device_);
     body_.accept(&w);
     if (unknown) *unknown = w.unknown;
+    if (overflows) *overflows = w.overflows;
     return w.peak;
 }
 

@@ -41,8 +41,10 @@ public:
 
     // Peak of simultaneously live heap allocations (halide_malloc; for a
     // GPU target, device allocations) of one call, in bytes. Allocations whose size cannot be evaluated from the
-    // call's values count as `unknown` (reported, never silently zero).
-    int64_t peak(const KernelCall &call, int *unknown = nullptr) const;
+    // call's values count as `unknown` (reported, never silently zero);
+    // `overflows` says whether some of them overflow Halide's 32-bit index
+    // arithmetic for this call (then the call cannot run at all).
+    int64_t peak(const KernelCall &call, int *unknown = nullptr, bool *overflows = nullptr) const;
 
     // Number of Allocate nodes that go to the heap (for tests and reports).
     int heap_allocations() const { return heap_allocations_; }

@@ -146,6 +146,14 @@ public:
                     w = c;
                 }
             }
+        // A call that cannot run at any cap: the lowered kernel's 32-bit
+        // index arithmetic overflows (KernelMemory::kUnrunnableBytes), or, on
+        // the device, a layer's window has 2^31 elements or more (the GPU
+        // schedule's flat loop over them is int32).
+        if (fk >= KernelMemory::kUnrunnableBytes || bk >= KernelMemory::kUnrunnableBytes) return e;
+        if (req_.device)
+            for (int l = seg.first; l <= seg.last; l++)
+                if (w.need[l] && box_pixels(*w.need[l]) * channels_of(m_, l) >= (int64_t(1) << 31)) return e;
         if (!backward) graded.clear();
         int64_t partials = layer_sum(trainable_bytes_, seg.first, seg.last), grad_windows = 0, window_bytes = 0;
         for (int t : seg.inputs) {
@@ -256,8 +264,15 @@ public:
     void calibrate(int a, int b, TileSize tile) {
         if (!exact_ || ratios_.count({a, b})) return;
         ratios_[{a, b}] = 1.0;  // analytic as is, for the comparison below
-        const Eval an = evaluate(a, b, tile, false);
-        const Eval ex = evaluate(a, b, tile, true);
+        Eval an = evaluate(a, b, tile, false);
+        Eval ex = evaluate(a, b, tile, true);
+        if (!ex.feasible) {  // the tile cannot run (above): learn at the segment's smallest
+            int64_t bytes = 0;
+            TileSize smallest;
+            best_tile(a, b, 0, false, &bytes, &smallest);
+            an = evaluate(a, b, smallest, false);
+            ex = evaluate(a, b, smallest, true);
+        }
         const int64_t an_k = an.plan.kernel_bytes, ex_k = ex.plan.kernel_bytes;
         ratios_[{a, b}] = an_k > 0 ? (double)ex_k / (double)an_k : 1.0;
         learned(ratios_[{a, b}]);

@@ -103,6 +103,10 @@ struct PlanRequest {
 // passed) and for the head.
 class KernelMemory {
 public:
+    // What peak() gives for a call that cannot run at any cap (its index
+    // arithmetic overflows 32 bits): larger than any cap, and sums of a few
+    // of it do not overflow.
+    static constexpr int64_t kUnrunnableBytes = int64_t(1) << 60;
     virtual ~KernelMemory() = default;
     virtual int64_t peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) = 0;
     // True when peak() is exact for this segment (the planner then stops refining it).

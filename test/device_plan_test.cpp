@@ -56,6 +56,34 @@ TEST(DeviceMemoryModel, BuffersOfAGpuPipelineAreItsDeviceAllocations) {
     EXPECT_EQ(mem.peak(c), (1002 + 1003) * 4);
 }
 
+TEST(DeviceMemoryModel, AFlatLoopPast32BitsIsACallThatCannotRun) {
+    // The GPU schedule fuses x, y and channels into one loop; for a huge
+    // tile its int32 extent overflows (VGG16's conv1 at a 6161^2 window:
+    // 6161^2 x 64 > 2^31). That tile is unrunnable, not an error of the plan.
+    Halide::ImageParam in(Halide::Float(32), 3, "in");
+    Halide::Var x("x"), y("y"), c("c"), xy("xy"), f("f"), fo("fo"), fi("fi");
+    Halide::Func a("a"), out("out");
+    a(x, y, c) = in(x, y, c) * 2;
+    out(x, y, c) = a(x, y, c) + a(x + 1, y, c);
+    for (Halide::Func *fn : {&a, &out}) {
+        fn->fuse(x, y, xy).fuse(xy, c, f).gpu_tile(f, fo, fi, 256, Halide::TailStrategy::GuardWithIf);
+        if (fn == &a) fn->compute_root();
+    }
+    LoweredMemory mem({out}, {in}, kCuda);
+    KernelCall c_small, c_huge;
+    c_small.buffers["in"] = {{0, 101}, {0, 100}, {0, 4}};
+    c_small.buffers["out"] = {{0, 100}, {0, 100}, {0, 4}};
+    bool overflows = true;
+    int unknown = -1;
+    EXPECT_EQ(mem.peak(c_small, &unknown, &overflows), 101 * 100 * 4 * 4);
+    EXPECT_FALSE(overflows);
+    EXPECT_EQ(unknown, 0);
+    c_huge.buffers["in"] = {{0, 30001}, {0, 30000}, {0, 4}};
+    c_huge.buffers["out"] = {{0, 30000}, {0, 30000}, {0, 4}};
+    mem.peak(c_huge, &unknown, &overflows);
+    EXPECT_TRUE(overflows) << "30000^2 x 4 elements in one int32 loop";
+}
+
 TEST(DevicePlan, FitsTheCapWithOnlyTheRunningSegmentsParameters) {
     // One lowered-kernel cache for every cap (lowering is most of the time).
     Model m = load_model("tiny_cnn");
