@@ -275,6 +275,10 @@ public:
         }
         const int64_t an_k = an.plan.kernel_bytes, ex_k = ex.plan.kernel_bytes;
         ratios_[{a, b}] = an_k > 0 ? (double)ex_k / (double)an_k : 1.0;
+        if (std::getenv("SEGTILE_PLAN_DEBUG"))
+            std::fprintf(stderr, "calibrate %s..%s tile %lld: analytic %lld exact %lld ratio %.2f\n",
+                         m_.layers[a].name.c_str(), m_.layers[b].name.c_str(), (long long)ex.plan.tile.width,
+                         (long long)an_k, (long long)ex_k, ratios_[{a, b}]);
         learned(ratios_[{a, b}]);
         best_cache_.clear();
     }
