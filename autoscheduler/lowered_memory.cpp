@@ -261,6 +261,12 @@ private:
                 for (const auto &e : op->extents)
                     std::cerr << "lowered_memory: unknown extent of " << op->name << ": " << simplify(bind_.mutate(e)) << "\n";
         }
+        // Names the large buffers, with their extents as lowered and as evaluated.
+        if (heap && known && bytes > (int64_t(64) << 20) && std::getenv("SEGTILE_LOWERED_DEBUG")) {
+            std::cerr << "lowered_memory: " << op->name << " " << bytes << " bytes:";
+            for (const auto &e : op->extents) std::cerr << " [" << e << " = " << simplify(bind_.mutate(e)) << "]";
+            std::cerr << "\n";
+        }
         if (heap && known) {
             sizes_[op->name] = bytes;
             live += bytes;
