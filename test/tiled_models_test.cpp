@@ -82,16 +82,30 @@ std::vector<Halide::Buffer<double>> untiled_tensors(const Model &m, const std::v
     return bufs;
 }
 
+// A random batch, its labels or targets and parameters (float64), drawn in
+// that order from one seed.
+struct RandomBatch {
+    Halide::Buffer<double> image;
+    Halide::Buffer<> lt;
+    std::vector<Halide::Buffer<>> params;
+    RandomBatch(const Model &m, int width, int height, int batch, unsigned seed) {
+        std::mt19937 rng(seed);
+        image = segtile::testing::random_buffer({width, height, m.input_channels, batch}, rng);
+        lt = segtile::testing::random_labels_or_target(m, width, height, batch, rng);
+        params = segtile::testing::random_params(m, rng);
+    }
+};
+
 class TiledModels : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TiledModels, EqualUntiled) {
     const Case &c = GetParam();
     const auto t0 = std::chrono::steady_clock::now();
     Model m = load_model(c.model);
-    std::mt19937 rng(17);
-    Halide::Buffer<double> image = segtile::testing::random_buffer({c.width, c.height, m.input_channels, c.batch}, rng);
-    Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, c.width, c.height, c.batch, rng);
-    auto params = segtile::testing::random_params(m, rng);
+    const RandomBatch batch(m, c.width, c.height, c.batch, 17);
+    const auto &image = batch.image;
+    const auto &lt = batch.lt;
+    const auto &params = batch.params;
 
     JitTrainingStep reference(m, Halide::Float(64), c.schedule);
     auto ref = reference.run(image, lt, params);
@@ -190,11 +204,10 @@ struct StepRun {
 TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
     Model m = load_model("tiny_cnn");
     const int W = 37, H = 29, N = 1;
-    std::mt19937 rng(23);
-    Halide::Buffer<double> image = segtile::testing::random_buffer({W, H, m.input_channels, N}, rng);
-    Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, W, H, N, rng);
-    auto params = segtile::testing::random_params(m, rng);
-    Tensor images = to_tensor(image);
+    const RandomBatch batch(m, W, H, N, 23);
+    const auto &lt = batch.lt;
+    const auto &params = batch.params;
+    Tensor images = to_tensor(batch.image);
     const std::vector<TileSize> tiles = {{7, 5}, {3, 3}, {2, 4}};
     const TensorShape ps = m.shapes(W, H)[m.loss.input_id];
     StepRun with(m, "pool1,relu2", tiles, true, images, lt, params);
@@ -240,11 +253,10 @@ TEST(TiledTraining, ParameterlessFirstSegmentSkipsItsBackward) {
                   .loss(LossKind::SoftmaxCrossEntropy)
                   .build();
     const int W = 36, H = 28, N = 2;
-    std::mt19937 rng(29);
-    Halide::Buffer<double> image = segtile::testing::random_buffer({W, H, m.input_channels, N}, rng);
-    Halide::Buffer<> lt = segtile::testing::random_labels_or_target(m, W, H, N, rng);
-    auto params = segtile::testing::random_params(m, rng);
-    Tensor images = to_tensor(image);
+    const RandomBatch batch(m, W, H, N, 29);
+    const auto &lt = batch.lt;
+    const auto &params = batch.params;
+    Tensor images = to_tensor(batch.image);
     const std::vector<TileSize> tiles = {{5, 4}, {3, 3}};  // pool0's 18x14: 4x4 tiles in segment 0
     StepRun with(m, "pool0", tiles, true, images, lt, params);
     StepRun without(m, "pool0", tiles, false, images, lt, params);
