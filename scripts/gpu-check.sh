@@ -64,14 +64,14 @@ run_sampled() {
 # container, say) may hold only libcuda.so.1, and then every kernel would
 # find no device and the exactness tests would skip. Point it at .so.1.
 find_libcuda() {
-  local d
-  for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/wsl/lib; do
+  local d so1 dirs ldp=${LD_LIBRARY_PATH:-}
+  dirs="${ldp//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/wsl/lib"
+  for d in $dirs; do
     [ -e "$d/libcuda.so" ] && { echo "$d/libcuda.so"; return; }
   done
   ldconfig -p 2>/dev/null | grep -q 'libcuda\.so ' && { echo "libcuda.so (ldconfig)"; return; }
-  local so1
   so1=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
-  for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
+  for d in $dirs; do
     [ -z "$so1" ] && [ -e "$d/libcuda.so.1" ] && so1="$d/libcuda.so.1"
   done
   [ -z "$so1" ] && { echo "not found"; return; }
