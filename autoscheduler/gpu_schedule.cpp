@@ -3,9 +3,11 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <string>
 
+#include "autoscheduler/conv_shape.h"
 #include "autoscheduler/schedule_primitives.h"
 
 namespace segtile {
@@ -24,6 +26,9 @@ namespace {
 using schedule::debug;
 using schedule::kTail;
 using schedule::unqualified;
+using schedule::conv_shaped;
+using schedule::pure_lhs;
+using schedule::reduction_by_extent;
 
 struct Dim {
     std::string name;
@@ -69,7 +74,8 @@ bool contains(const std::vector<std::string> &v, const std::string &s) {
 // into blocks of `threads` threads. One flat loop suits both image-shaped
 // Funcs and weight-shaped ones (3x3 taps would waste a 2-D thread tile),
 // and needs no extents, which are run-time values here.
-void map_to_gpu(Stage s, const std::vector<std::string> &par, int threads, const std::string &tag) {
+// Returns the thread loop's name ("" for a single thread).
+std::string map_to_gpu(Stage s, const std::vector<std::string> &par, int threads, const std::string &tag) {
     std::vector<VarOrRVar> order;
     std::vector<Dim> parallel;
     for (const auto &d : loops(s)) {
@@ -78,7 +84,7 @@ void map_to_gpu(Stage s, const std::vector<std::string> &par, int threads, const
     }
     if (parallel.empty()) {
         s.gpu_single_thread();
-        return;
+        return "";
     }
     for (const auto &d : parallel) order.emplace_back(d.name, d.rvar);
     if (order.size() > 1) s.reorder(order);
@@ -93,6 +99,63 @@ void map_to_gpu(Stage s, const std::vector<std::string> &par, int threads, const
     VarOrRVar block(tag + "_b", any_rvar), thread(tag + "_t", any_rvar);
     s.split(fused, block, thread, threads, kTail);
     s.gpu_blocks(block).gpu_threads(thread);
+    return thread.name();
+}
+
+bool gather_shaped(Func f) {
+    if (f.num_update_definitions() < 1) return false;
+    for (int k = 0; k < f.num_update_definitions(); k++)
+        if (!pure_lhs(f, k)) return false;
+    return true;
+}
+
+// A gather (every update's LHS its pure Vars: a conv, autodiff's gather for
+// a conv's input gradient, an rfactor partial) computed at root runs its
+// reduction with the running sum in global memory, a load and a store
+// around every multiply-add: Halide cannot keep it in a register, as the
+// buffer might alias the inputs. Instead, as in Halide's apps/conv_layer,
+// a wrapper (f.in(), the buffer consumers read) is at root and mapped to
+// threads, and f is computed per thread in registers. A conv computes a
+// block of xb pixels x cb channels per thread, unrolled: each input loaded
+// feeds cb multiply-adds and each weight xb. The block rounds up (as the
+// CPU's does, cpu_schedule.cpp schedule_conv): the extra pixels and
+// channels read clamped or bounded sources and are never read.
+void schedule_in_registers(Func f, const GpuScheduleOptions &o) {
+    const bool conv = conv_shaped(f);
+    const int xb = conv ? o.conv_block_x : 1, cb = conv ? o.conv_block_channels : 1;
+    Func block = f.in();
+    block.compute_root();
+    std::vector<std::string> par;
+    for (const auto &a : block.args()) par.push_back(a.name());
+    Var x = f.args()[0], c = conv ? f.args()[2] : f.args()[0];
+    Var bx = block.args()[0], bc = conv ? block.args()[2] : block.args()[0];
+    Var xo(f.name() + "_xo"), xi(f.name() + "_xi"), co(f.name() + "_co"), ci(f.name() + "_ci");
+    if (conv) {
+        block.split(bx, xo, xi, xb, TailStrategy::RoundUp).split(bc, co, ci, cb, TailStrategy::RoundUp);
+        par[0] = xo.name();
+        par[2] = co.name();
+    }
+    const std::string thread = map_to_gpu(block, par, o.threads_per_block, block.name() + "_p");
+    if (conv) block.unroll(xi).unroll(ci);
+    f.compute_at(block, Var(thread)).store_in(Halide::MemoryType::Register);
+    // Registers need a constant size, which Halide cannot infer through the
+    // fused thread loop's divisions: one point per thread but the block.
+    for (int i = 0; i < f.dimensions(); i++) {
+        const Var a = f.args()[i];
+        f.bound_extent(a, a.same_as(x) ? xb : a.same_as(c) ? cb : 1);
+    }
+    if (conv) {
+        f.unroll(x).unroll(c);
+        for (int k = 0; k < f.num_update_definitions(); k++) {
+            std::vector<VarOrRVar> inner{x, c};
+            for (const auto &r : reduction_by_extent(f.update(k))) inner.emplace_back(RVar(r));
+            for (int i = 1; i < f.dimensions(); i++)
+                if (i != 2) inner.emplace_back(f.args()[i]);
+            f.update(k).reorder(inner).unroll(x).unroll(c);
+        }
+    }
+    if (debug())
+        std::fprintf(stderr, "schedule_gpu: %s in registers per thread, blocks of %d x %d\n", f.name().c_str(), xb, cb);
 }
 
 // The RVars that no LHS argument uses (true reduction dimensions, not
@@ -157,13 +220,17 @@ void schedule_update(Func f, int k, const GpuScheduleOptions &o) {
     if (image_r.size() >= 2) {
         Func intm = rfactor_rows(f, k, image_r[1], o);
         if (intm.defined()) {
-            intm.compute_root();
-            std::vector<std::string> args;
-            for (const auto &a : intm.args()) args.push_back(a.name());
-            map_to_gpu(intm, args, o.threads_per_block, intm.name() + "_p");
-            for (int j = 0; j < intm.num_update_definitions(); j++)
-                map_to_gpu(intm.update(j), safe_pure_positions(intm.update_args(j)), o.threads_per_block,
-                           intm.name() + "_u" + std::to_string(j));
+            if (gather_shaped(intm)) {
+                schedule_in_registers(intm, o);
+            } else {
+                intm.compute_root();
+                std::vector<std::string> args;
+                for (const auto &a : intm.args()) args.push_back(a.name());
+                map_to_gpu(intm, args, o.threads_per_block, intm.name() + "_p");
+                for (int j = 0; j < intm.num_update_definitions(); j++)
+                    map_to_gpu(intm.update(j), safe_pure_positions(intm.update_args(j)), o.threads_per_block,
+                               intm.name() + "_u" + std::to_string(j));
+            }
         }
     }
     const auto par = safe_pure_positions(lhs);
@@ -183,7 +250,16 @@ void schedule_update(Func f, int k, const GpuScheduleOptions &o) {
     map_to_gpu(f.update(k), par, o.threads_per_block, tag);
 }
 
-void schedule_func(Func f, const GpuScheduleOptions &o) {
+// Two or more run-time RVars in an update: a sum over an image plane,
+// which schedule_update splits with rfactor.
+bool reduces_an_image(Func f) {
+    for (int k = 0; k < f.num_update_definitions(); k++)
+        if (image_reduction_rvars(f.update(k), f.update_args(k)).size() >= 2) return true;
+    return false;
+}
+
+void schedule_func(Func f, bool output, const GpuScheduleOptions &o) {
+    if (!output && gather_shaped(f) && !reduces_an_image(f)) return schedule_in_registers(f, o);
     f.compute_root();
     std::vector<std::string> args;
     for (const auto &a : f.args()) args.push_back(a.name());
@@ -197,11 +273,15 @@ void schedule_gpu(const std::vector<Func> &outputs, const Halide::Target &target
     if (!target.has_gpu_feature())
         throw std::invalid_argument("schedule_gpu: target " + target.to_string() + " has no GPU feature");
     std::vector<Halide::Internal::Function> fs;
+    std::set<std::string> output_names;
     for (const auto &f : outputs)
-        if (f.defined()) fs.push_back(f.function());
+        if (f.defined()) {
+            fs.push_back(f.function());
+            output_names.insert(f.name());
+        }
     for (auto &[name, fn] : Halide::Internal::build_environment(fs)) {
         if (fn.has_extern_definition()) Func(fn).compute_root();
-        else schedule_func(Func(fn), options);
+        else schedule_func(Func(fn), output_names.count(name) > 0, options);
     }
 }
 

@@ -136,4 +136,11 @@ std::vector<int64_t> device_allocations_of(const MemoryLedger *ledger) {
     return sizes;
 }
 
+void release_cached_device_allocations() {
+    if (!halide_can_reuse_device_allocations(nullptr)) return;  // nothing is cached
+    // Switching reuse off releases every registered pool's unused blocks.
+    halide_reuse_device_allocations(nullptr, false);
+    halide_reuse_device_allocations(nullptr, true);
+}
+
 }  // namespace segtile

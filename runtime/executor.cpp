@@ -86,6 +86,15 @@ void mark_inputs_host_dirty(const std::vector<KernelArg> &sig, const std::vector
     }
 }
 
+// Until a device step ends, however it ends: then the blocks Halide's
+// allocation cache kept go back to the driver and off the ledger.
+struct DeviceCacheRelease {
+    bool device;
+    ~DeviceCacheRelease() {
+        if (device) release_cached_device_allocations();
+    }
+};
+
 // Image n of a batch as a (W, H, C, 1) buffer with n at 0, as kernels expect.
 Buffer batch_item(const Buffer &b, int n) {
     Buffer v = b.sliced(b.dimensions() - 1, n);
@@ -358,6 +367,7 @@ void SegmentedExecutor::forward(const Tensor &images, int n, ParamStore &params)
 double SegmentedExecutor::evaluate(const Tensor &images, const Buffer &labels_or_targets, ParamStore &params,
                                    Tensor *predictions) {
     const int N = (int)images.dims()[3];
+    const DeviceCacheRelease release{device_};
     params.zero_grads();  // the head adds its partials
     double total = 0;
     for (int n = 0; n < N; n++) {
@@ -376,6 +386,7 @@ double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_tar
     if (grad_images && !image_gradient_)
         throw std::invalid_argument("these kernels were built without the image's gradient: build them from a "
                                     "SegmentLayout with image_gradient = true to ask step() for grad_images");
+    const DeviceCacheRelease release{device_};
     params.zero_grads();
     double total = 0;
     for (int n = 0; n < N; n++) {

@@ -7,6 +7,7 @@
 // the paper's 11 GiB device at the tile sizes the GPU check uses.
 #include <gtest/gtest.h>
 
+#include "autoscheduler/conv_shape.h"
 #include "autoscheduler/gpu_schedule.h"
 #include "generators/jit_kernel.h"
 #include "generators/kernel_pipeline.h"
@@ -151,6 +152,31 @@ TEST(GpuSchedule, TinyCnnSegmentKernelsRunInGpuBlocksAndThreads) {
         EXPECT_GT(large_tile.bytes, 2 * small.bytes) << label(c) << ": allocations do not follow the tile";
         EXPECT_LT(large_tile.bytes, 6 * small.bytes) << label(c);
     }
+}
+
+// Every convolution that is not a kernel's output (forwards, and the
+// gathers of input gradients) runs its sums in registers, each thread a
+// block of pixels x channels: at root its running sum went to global
+// memory and back around every multiply-add.
+TEST(GpuSchedule, ConvolutionsAccumulateInRegisters) {
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1"));
+    int convs = 0;
+    for (const KernelCase &c : lower_all(m, layout)) {
+        std::vector<Halide::Internal::Function> fs;
+        std::set<std::string> outputs;
+        for (const auto &f : c.probe.outputs) {
+            fs.push_back(f.function());
+            outputs.insert(f.name());
+        }
+        const auto g = gpu_mapping(c.stmt);
+        for (const auto &[name, fn] : Halide::Internal::build_environment(fs)) {
+            if (outputs.count(name) || fn.has_extern_definition() || !schedule::conv_shaped(Halide::Func(fn))) continue;
+            convs++;
+            EXPECT_TRUE(g.thread_registers.count(name)) << label(c) << ": " << name << " is not in registers (" << g.thread_registers.size() << " are)";
+        }
+    }
+    EXPECT_GE(convs, 3) << "tiny_cnn's three convs, forward and backward";
 }
 
 TEST(GpuSchedule, Vgg16SegmentKernelsFitElevenGiBPerTile) {

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,11 @@ inline Halide::Internal::Stmt lower_for(const std::vector<Halide::Func> &outputs
     Halide::Pipeline p(outputs);
     CaptureStmt capture;
     p.add_custom_lowering_pass(&capture, [] {});
-    p.compile_to_module(args, "segtile_gpu_probe", target);
+    try {
+        p.compile_to_module(args, "segtile_gpu_probe", target);
+    } catch (const Halide::Error &e) {  // not a std::exception: gtest would print no message
+        throw std::runtime_error(std::string("lowering for ") + target.to_string() + ": " + e.what());
+    }
     p.clear_custom_lowering_passes();
     if (const char *dir = std::getenv("SEGTILE_LOWERED_DEBUG")) {
         std::ofstream o(std::string(dir) + "/" + outputs[0].name() + ".stmt");
@@ -44,6 +49,7 @@ struct GpuMapping {
     std::set<std::string> host_stores;       // buffers written outside any GPU loop
     std::set<std::string> host_loops;        // serial loops outside GPU loops
     std::set<std::string> single_thread_stores;  // written by kernels of one block of one thread
+    std::set<std::string> thread_registers;      // allocated in registers inside GPU thread loops
 };
 
 class GpuMappingVisitor : public Halide::Internal::IRVisitor {
@@ -78,6 +84,12 @@ private:
         gpu_depth_--;
         if (outermost && kernel_all_ones_)
             result.single_thread_stores.insert(kernel_stores_.begin(), kernel_stores_.end());
+    }
+    void visit(const Halide::Internal::Allocate *op) override {
+        // Named "f.0" (a Func's first value) once in registers.
+        const std::string n = op->name, f = n.size() > 2 && n.compare(n.size() - 2, 2, ".0") == 0 ? n.substr(0, n.size() - 2) : n;
+        if (gpu_depth_ > 0 && op->memory_type == Halide::MemoryType::Register) result.thread_registers.insert(f);
+        IRVisitor::visit(op);
     }
     void visit(const Halide::Internal::Store *op) override {
         if (gpu_depth_ == 0) result.host_stores.insert(op->name);
