@@ -103,7 +103,7 @@ std::string map_to_gpu(Stage s, const std::vector<std::string> &par, int threads
 }
 
 bool gather_shaped(Func f) {
-    if (f.num_update_definitions() < 1) return false;
+    if (f.dimensions() < 1 || f.num_update_definitions() < 1) return false;  // a scalar has no thread loop
     for (int k = 0; k < f.num_update_definitions(); k++)
         if (!pure_lhs(f, k)) return false;
     return true;

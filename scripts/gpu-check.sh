@@ -9,6 +9,8 @@
 #      checkpoint_sequential, capped at $CAP_GIB GiB of device memory, OOMs
 #      recorded), then segtile_gpu_check, the same steps tiled with the CUDA
 #      kernels; device memory sampled with nvidia-smi during every run.
+# Settings (environment): BUDGET_S, SIZES, CAP_GIB, TILE_PX, BASELINES=0
+# (segtile alone, for a rerun once the baselines are measured).
 # Results: one JSON per run, nvidia-smi output, summary.json, in <out dir>.
 #
 #   scripts/gpu-check.sh <bundle dir> <out dir>
@@ -25,6 +27,7 @@ CAP_GIB=${CAP_GIB:-11}
 TILE_PX=${TILE_PX:-1024}       # segtile tile side in image pixels
 BUDGET_S=${BUDGET_S:-530}      # whole run, seconds
 SIZES=${SIZES:-"4096 8192 20480"}
+BASELINES=${BASELINES:-1}     # 0: segtile only (a rerun after the baselines were measured)
 PYTHON=${PYTHON:-python3}
 export SEGTILE_MODELS_DIR="$bundle/models"
 start=$(date +%s)
@@ -92,6 +95,7 @@ run_limited exactness 150 "$bundle/bin/cuda_tiled_test" --gtest_output="json:$ou
 # the largest size.
 for size in $SIZES; do
   for model in vgg16 darknet19; do
+    [ "$BASELINES" = 0 ] && break
     for mode in untiled checkpoint; do
       run_sampled "pytorch_${model}_${size}_${mode}" 45 \
         "$PYTHON" "$here/bench/gpu/pytorch_baseline.py" --model "$model" --size "$size" --mode "$mode" \

@@ -80,11 +80,21 @@ std::vector<TileSize> tiles_for(const Model &m, const SegmentLayout &layout, int
     return t;
 }
 
+// Seconds per kernel ("forward kernel, segment 0"; each call timed from
+// its start to its outputs back on the host) and for the head: where a
+// step's time goes, without a profiler on the GPU machine.
+using KernelSeconds = std::map<std::string, double>;
+
 double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_px, int64_t cap, MemoryLedger &ledger,
-                int64_t &tiles_run, double &loss) {
+                int64_t &tiles_run, double &loss, KernelSeconds *kernel_seconds = nullptr) {
     SegmentLayout layout = make_segments(m, parse_cuts(m, lib.cuts()));
     SegmentedExecutor exec(m, layout, lib.kernels(m, &ledger), tiles_for(m, layout, size, tile_px), &ledger);
     exec.set_device(true, cap);
+    if (kernel_seconds)
+        exec.set_trace([kernel_seconds](const ExecutorEvent &e) {
+            if (e.category == "kernel" || e.category == "head")
+                (*kernel_seconds)[e.name] += std::chrono::duration<double>(e.end - e.start).count();
+        });
     ParamStore params(m, &ledger);
     params.init_pytorch_default(1);
     Tensor images({size, size, m.input_channels, 1}, &ledger, MemoryLedger::Kind::Checkpoint);
@@ -131,16 +141,22 @@ int main(int argc, char **argv) {
         MemoryLedger ledger;
         int64_t tiles = 0;
         double loss = 0;
-        const double seconds = run_step(m, lib, size, tile_px, cap, ledger, tiles, loss);
+        KernelSeconds kernels;
+        const double seconds = run_step(m, lib, size, tile_px, cap, ledger, tiles, loss, &kernels);
+        std::string by_kernel;
+        for (const auto &[name, sec] : kernels)
+            by_kernel += (by_kernel.empty() ? "\"" : ", \"") + name + "\": " + std::to_string(sec);
         out << "{\"tool\": \"segtile\", \"model\": \"" << model << "\", \"size\": " << size << ", \"tile_px\": " << tile_px
             << ", \"cuts\": \"" << lib.cuts() << "\", \"status\": \"ok\", \"seconds\": " << seconds
             << ", \"warmup_seconds\": " << warm << ", \"loss\": " << loss << ", \"tiles\": " << tiles
             << ", \"host_checkpoint_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Checkpoint)
             << ", \"host_working_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Working)
             << ", \"device_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Device) << ", \"device_cap_bytes\": " << cap
-            << ", \"process_hwm_bytes\": " << process_high_water_mark() << "}\n";
+            << ", \"process_hwm_bytes\": " << process_high_water_mark() << ", \"kernel_seconds\": {" << by_kernel
+            << "}}\n";
         std::printf("%s %lld^2 tile %lld: %.2f s, %lld tiles, loss %g\n", model.c_str(), (long long)size,
                     (long long)tile_px, seconds, (long long)tiles, loss);
+        for (const auto &[name, sec] : kernels) std::printf("  %-28s %8.2f s\n", name.c_str(), sec);
         return 0;
     } catch (const std::exception &e) {
         out << "{\"tool\": \"segtile\", \"model\": \"" << model << "\", \"size\": " << size << ", \"tile_px\": " << tile_px
