@@ -138,12 +138,13 @@ void schedule_in_registers(Func f, const GpuScheduleOptions &o) {
     const std::string thread = map_to_gpu(block, par, o.threads_per_block, block.name() + "_p");
     if (conv) block.unroll(xi).unroll(ci);
     f.compute_at(block, Var(thread)).store_in(Halide::MemoryType::Register);
-    // Registers need a constant size, which Halide cannot infer through the
-    // fused thread loop's divisions: one point per thread but the block.
-    for (int i = 0; i < f.dimensions(); i++) {
-        const Var a = f.args()[i];
-        f.bound_extent(a, a.same_as(x) ? xb : a.same_as(c) ? cb : 1);
-    }
+    // Registers need a constant size, which Halide cannot infer for a conv's
+    // block through the fused thread loop's divisions.
+    if (conv)
+        for (int i = 0; i < f.dimensions(); i++) {
+            const Var a = f.args()[i];
+            f.bound_extent(a, a.same_as(x) ? xb : a.same_as(c) ? cb : 1);
+        }
     if (conv) {
         f.unroll(x).unroll(c);
         for (int k = 0; k < f.num_update_definitions(); k++) {
@@ -259,7 +260,12 @@ bool reduces_an_image(Func f) {
 }
 
 void schedule_func(Func f, bool output, const GpuScheduleOptions &o) {
-    if (!output && gather_shaped(f) && !reduces_an_image(f)) return schedule_in_registers(f, o);
+    // Convs only (and rfactor partials, above): a max pool in registers
+    // per thread made Halide check its one-point bound at run time, in the
+    // kernel, where a failed check is a trap (found on an H200, 2026-12-04:
+    // every step failed with CUDA_ERROR_LAUNCH_FAILED; compute-sanitizer
+    // named l_pool1's wrapper kernel).
+    if (!output && conv_shaped(f) && !reduces_an_image(f)) return schedule_in_registers(f, o);
     f.compute_root();
     std::vector<std::string> args;
     for (const auto &a : f.args()) args.push_back(a.name());

@@ -1,7 +1,8 @@
 // The GPU schedule checked without a GPU: each segment kernel of tiny_cnn
 // and VGG16 is lowered for CUDA (PTX included) and its lowered code read.
 // Every stage must run inside GPU block/thread loops (no Func computed by
-// host loops, none by a lone GPU thread unless it is a scalar), and the
+// host loops, none by a lone GPU thread unless it is a scalar, no run-time
+// check inside a kernel), and the
 // buffers a call allocates on the device must be a per-tile quantity: they
 // evaluate for concrete tile sizes, do not grow with the image, and fit
 // the paper's 11 GiB device at the tile sizes the GPU check uses.
@@ -107,6 +108,9 @@ void expect_on_gpu(const KernelPipeline &p, const Halide::Internal::Stmt &s, con
     EXPECT_TRUE(g.host_stores.empty()) << what << ": computed on the host: " << *g.host_stores.begin();
     const auto scalars = scalar_funcs(p.outputs);
     for (const auto &f : g.single_thread_stores) EXPECT_TRUE(scalars.count(f)) << what << ": one GPU thread computes " << f;
+    // A check Halide could not prove at compile time runs in the kernel,
+    // and a failed one is a trap: CUDA_ERROR_LAUNCH_FAILED, the context lost.
+    EXPECT_TRUE(g.kernel_asserts.empty()) << what << ": a run-time check inside a GPU kernel: " << g.kernel_asserts[0];
 }
 
 struct KernelCase {
@@ -156,8 +160,9 @@ TEST(GpuSchedule, TinyCnnSegmentKernelsRunInGpuBlocksAndThreads) {
 
 // Every convolution that is not a kernel's output (forwards, and the
 // gathers of input gradients) runs its sums in registers, each thread a
-// block of pixels x channels: at root its running sum went to global
-// memory and back around every multiply-add.
+// block of pixels x channels, as does each weight gradient's partial: at
+// root a running sum went to global memory and back around every
+// multiply-add.
 TEST(GpuSchedule, ConvolutionsAccumulateInRegisters) {
     Model m = load_model("tiny_cnn");
     SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1"));
@@ -170,6 +175,12 @@ TEST(GpuSchedule, ConvolutionsAccumulateInRegisters) {
             outputs.insert(f.name());
         }
         const auto g = gpu_mapping(c.stmt);
+        // Weight gradients' rfactor partials too, one sum per thread.
+        if (c.kind == KernelKind::Backward)
+            EXPECT_TRUE(std::any_of(g.thread_registers.begin(), g.thread_registers.end(),
+                                    [](const std::string &n) { return n.find("weight") != std::string::npos &&
+                                                                      n.find("_intm") != std::string::npos; }))
+                << label(c) << ": no weight-gradient partial in registers";
         for (const auto &[name, fn] : Halide::Internal::build_environment(fs)) {
             if (outputs.count(name) || fn.has_extern_definition() || !schedule::conv_shaped(Halide::Func(fn))) continue;
             convs++;
@@ -195,6 +206,14 @@ TEST(GpuSchedule, Vgg16SegmentKernelsFitElevenGiBPerTile) {
         std::printf("vgg16 %s: %d device buffers, %.2f GiB per %lldx%lld tile\n", label(c).c_str(), a.allocations,
                     (double)a.bytes / kGiB, (long long)t, (long long)t);
     }
+}
+
+// Darknet19 (batch norm, leaky ReLU, 1x1 convs), with the cuts of
+// darknet19_cuda (models/CMakeLists.txt): the GPU check's other network.
+TEST(GpuSchedule, Darknet19SegmentKernelsRunInGpuBlocksAndThreads) {
+    Model m = load_model("darknet19");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, "pool2,pool3,pool4,lrelu11,pool5,lrelu16"));
+    for (const auto &c : lower_all(m, layout)) expect_on_gpu(c.probe, c.stmt, "darknet19 " + label(c));
 }
 
 TEST(GpuSchedule, RejectsTargetsWithoutGpu) {

@@ -50,6 +50,7 @@ struct GpuMapping {
     std::set<std::string> host_loops;        // serial loops outside GPU loops
     std::set<std::string> single_thread_stores;  // written by kernels of one block of one thread
     std::set<std::string> thread_registers;      // allocated in registers inside GPU thread loops
+    std::vector<std::string> kernel_asserts;     // checks inside GPU loops: a failed one traps the kernel
 };
 
 class GpuMappingVisitor : public Halide::Internal::IRVisitor {
@@ -84,6 +85,14 @@ private:
         gpu_depth_--;
         if (outermost && kernel_all_ones_)
             result.single_thread_stores.insert(kernel_stores_.begin(), kernel_stores_.end());
+    }
+    void visit(const Halide::Internal::AssertStmt *op) override {
+        if (gpu_depth_ > 0) {
+            std::ostringstream o;
+            o << op->condition;
+            result.kernel_asserts.push_back(o.str().substr(0, 2000));
+        }
+        IRVisitor::visit(op);
     }
     void visit(const Halide::Internal::Allocate *op) override {
         // Named "f.0" (a Func's first value) once in registers.
