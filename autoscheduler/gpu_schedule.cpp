@@ -221,7 +221,10 @@ void schedule_update(Func f, int k, const GpuScheduleOptions &o) {
     if (image_r.size() >= 2) {
         Func intm = rfactor_rows(f, k, image_r[1], o);
         if (intm.defined()) {
-            if (gather_shaped(intm)) {
+            // A parameter's gradient (p_...: weights, biases) only: the
+            // global pool's partial (l_gap_sum_intm) has a size Halide
+            // cannot infer there.
+            if (gather_shaped(intm) && f.name().rfind("p_", 0) == 0) {
                 schedule_in_registers(intm, o);
             } else {
                 intm.compute_root();

@@ -128,10 +128,14 @@ std::vector<KernelCase> lower_all(const Model &m, const SegmentLayout &layout) {
             Halide::Internal::Stmt st = lower_for(p.outputs, p.args, kCuda);
             out.push_back({k, s, std::move(p), st});
         }
+    KernelPipeline head = gpu_probe(m, layout, KernelKind::Head, -1);
+    Halide::Internal::Stmt st = lower_for(head.outputs, head.args, kCuda);
+    out.push_back({KernelKind::Head, -1, std::move(head), st});
     return out;
 }
 
 std::string label(const KernelCase &c) {
+    if (c.kind == KernelKind::Head) return "head";
     return std::string(c.kind == KernelKind::Forward ? "forward " : "backward ") + std::to_string(c.segment);
 }
 
@@ -144,6 +148,7 @@ TEST(GpuSchedule, TinyCnnSegmentKernelsRunInGpuBlocksAndThreads) {
     SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,pool2"));
     for (const auto &c : lower_all(m, layout)) {
         expect_on_gpu(c.probe, c.stmt, "tiny_cnn " + label(c));
+        if (c.kind == KernelKind::Head) continue;  // per image, not per tile
         // Device buffers per call are per tile: the same interior tile of a
         // 4x larger image allocates the same, a tile of 4x the area more.
         const auto small = allocation_total(c.stmt, call_values(m, layout, c.segment, c.probe, 512, 512, 32, 1, 1));
@@ -199,6 +204,7 @@ TEST(GpuSchedule, Vgg16SegmentKernelsFitElevenGiBPerTile) {
     const int64_t image = 20480;
     for (const auto &c : lower_all(m, layout)) {
         expect_on_gpu(c.probe, c.stmt, "vgg16 " + label(c));
+        if (c.kind == KernelKind::Head) continue;
         const int64_t t = c.segment == 0 ? 128 : 64;
         const auto a = allocation_total(c.stmt, call_values(m, layout, c.segment, c.probe, image, image, t, 3, 3));
         ASSERT_TRUE(a.unknown.empty()) << label(c) << ": " << a.unknown[0];
