@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -75,7 +76,18 @@ bool contains(const std::vector<std::string> &v, const std::string &s) {
 // Funcs and weight-shaped ones (3x3 taps would waste a 2-D thread tile),
 // and needs no extents, which are run-time values here.
 // Returns the thread loop's name ("" for a single thread).
-std::string map_to_gpu(Stage s, const std::vector<std::string> &par, int threads, const std::string &tag) {
+//
+// With `outer_blocks`, the outermost of three or more parallel loops is not
+// fused but becomes the blocks' second dimension: its values then come
+// from a block index instead of a division of the flat index by the
+// product of the inner extents. Where those extents are run-time values
+// of the required region (a weight copy's input channels, which follow
+// the caller's buffers when the segment's first layer is a conv), Halide
+// could not bound that division and sized the copy's output channels from
+// the flat loop's extent: 73727 instead of 64, 174 GB for one of VGG16's
+// lone conv segments, and no plan fitted (`segtile plan --target cuda`).
+std::string map_to_gpu(Stage s, const std::vector<std::string> &par, int threads, const std::string &tag,
+                       bool outer_blocks = false) {
     std::vector<VarOrRVar> order;
     std::vector<Dim> parallel;
     for (const auto &d : loops(s)) {
@@ -88,6 +100,11 @@ std::string map_to_gpu(Stage s, const std::vector<std::string> &par, int threads
     }
     for (const auto &d : parallel) order.emplace_back(d.name, d.rvar);
     if (order.size() > 1) s.reorder(order);
+    std::optional<Dim> outer;
+    if (outer_blocks && parallel.size() >= 3) {
+        outer = parallel.back();
+        parallel.pop_back();
+    }
     VarOrRVar fused(parallel[0].name, parallel[0].rvar);
     bool any_rvar = parallel[0].rvar;
     for (size_t i = 1; i < parallel.size(); i++) {
@@ -98,7 +115,8 @@ std::string map_to_gpu(Stage s, const std::vector<std::string> &par, int threads
     }
     VarOrRVar block(tag + "_b", any_rvar), thread(tag + "_t", any_rvar);
     s.split(fused, block, thread, threads, kTail);
-    s.gpu_blocks(block).gpu_threads(thread);
+    if (outer) s.gpu_blocks(block, VarOrRVar(outer->name, outer->rvar)).gpu_threads(thread);
+    else s.gpu_blocks(block).gpu_threads(thread);
     return thread.name();
 }
 
@@ -262,6 +280,22 @@ bool reduces_an_image(Func f) {
     return false;
 }
 
+// A parameter's copies in a kernel: p_<name> and the bounded wrapper of its
+// input buffer, <name>_im (Halide's name for an input buffer's Func; the
+// tensors' are in_*_im and grad_out_*_im). Their outermost loop
+// (output channels) takes a second block index (map_to_gpu). Image-shaped
+// Funcs keep one flat loop: split so, their channel index became the
+// division Halide could not bound, and a tiny_cnn tile's buffers grew to
+// gigabytes.
+bool parameter_copy(const Func &f) {
+    // Without the "$3" Halide appends when a process builds the same name twice.
+    const std::string n = f.name().substr(0, f.name().find('$'));
+    auto starts = [&](const char *p) { return n.rfind(p, 0) == 0; };
+    const bool im = n.size() > 3 && n.compare(n.size() - 3, 3, "_im") == 0;
+    return f.num_update_definitions() == 0 &&
+           (starts("p_") || (im && !starts("in_") && !starts("grad_") && !starts("labels") && !starts("targets")));
+}
+
 void schedule_func(Func f, bool output, const GpuScheduleOptions &o) {
     // Convs only (and rfactor partials, above): a max pool in registers
     // per thread made Halide check its one-point bound at run time, in the
@@ -272,7 +306,7 @@ void schedule_func(Func f, bool output, const GpuScheduleOptions &o) {
     f.compute_root();
     std::vector<std::string> args;
     for (const auto &a : f.args()) args.push_back(a.name());
-    map_to_gpu(f, args, o.threads_per_block, f.name() + "_p");
+    map_to_gpu(f, args, o.threads_per_block, f.name() + "_p", parameter_copy(f));
     for (int k = 0; k < f.num_update_definitions(); k++) schedule_update(f, k, o);
 }
 

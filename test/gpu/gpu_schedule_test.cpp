@@ -214,6 +214,28 @@ TEST(GpuSchedule, Vgg16SegmentKernelsFitElevenGiBPerTile) {
     }
 }
 
+// A segment of one conv whose input is the segment's input: its weight's
+// input channels follow the caller's buffers (run-time extents). Split
+// from one flat loop, the weight copies' output channels were bounded by
+// that loop's extent (2303 instead of 16 here; 174 GB for VGG16's conv4_2)
+// and `segtile plan --target cuda` found no plan for VGG16.
+TEST(GpuSchedule, ALoneConvCopiesItsWeightsAtTheirSize) {
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, "pool1,conv2"));
+    ASSERT_EQ(layout.segments[1].first, layout.segments[1].last);
+    KernelPipeline p = gpu_probe(m, layout, KernelKind::Backward, 1);
+    const auto st = lower_for(p.outputs, p.args, kCuda);
+    const auto a = allocation_total(st, call_values(m, layout, 1, p, 64, 64, 8, 1, 1));
+    ASSERT_TRUE(a.unknown.empty()) << a.unknown[0];
+    // conv2 (8 -> 16 channels, 3x3) on an 8x8 tile: 10x10x8 input window,
+    // its gradient, the 8x8x16 output gradient and the weights' copies
+    // and gradient partials, a few KiB each; the oversized copies were
+    // 663 KB each.
+    EXPECT_LT(a.bytes, 200 * 1024) << a.allocations << " device buffers";
+    std::printf("tiny_cnn lone conv2 backward, 8x8 tile: %d device buffers, %lld bytes\n", a.allocations,
+                (long long)a.bytes);
+}
+
 // Darknet19 (batch norm, leaky ReLU, 1x1 convs), with the cuts of
 // darknet19_cuda (models/CMakeLists.txt): the GPU check's other network.
 TEST(GpuSchedule, Darknet19SegmentKernelsRunInGpuBlocksAndThreads) {
