@@ -154,16 +154,15 @@ void schedule_in_registers(Func f, const GpuScheduleOptions &o) {
         par[2] = co.name();
     }
     const std::string thread = map_to_gpu(block, par, o.threads_per_block, block.name() + "_p");
-    if (conv) block.unroll(xi).unroll(ci);
     f.compute_at(block, Var(thread)).store_in(Halide::MemoryType::Register);
-    // Registers need a constant size, which Halide cannot infer for a conv's
-    // block through the fused thread loop's divisions.
-    if (conv)
+    if (conv) {
+        block.unroll(xi).unroll(ci);
+        // Registers need a constant size, which Halide cannot infer for the
+        // block through the fused thread loop's divisions.
         for (int i = 0; i < f.dimensions(); i++) {
             const Var a = f.args()[i];
             f.bound_extent(a, a.same_as(x) ? xb : a.same_as(c) ? cb : 1);
         }
-    if (conv) {
         f.unroll(x).unroll(c);
         for (int k = 0; k < f.num_update_definitions(); k++) {
             std::vector<VarOrRVar> inner{x, c};
