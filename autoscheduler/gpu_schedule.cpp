@@ -138,6 +138,22 @@ bool gather_shaped(Func f) {
 // feeds cb multiply-adds and each weight xb. The block rounds up (as the
 // CPU's does, cpu_schedule.cpp schedule_conv): the extra pixels and
 // channels read clamped or bounded sources and are never read.
+// A conv's block of xb pixels x cb channels, f computed per thread: a
+// constant size (which Halide cannot infer through the fused thread loop's
+// divisions), unrolled inside the reduction loops (taps innermost).
+void unroll_conv_block(Func f, int xb, int cb) {
+    const Var x = f.args()[0], c = f.args()[2];
+    for (int i = 0; i < f.dimensions(); i++) f.bound_extent(f.args()[i], i == 0 ? xb : i == 2 ? cb : 1);
+    f.unroll(x).unroll(c);
+    for (int k = 0; k < f.num_update_definitions(); k++) {
+        std::vector<VarOrRVar> inner{x, c};
+        for (const auto &r : reduction_by_extent(f.update(k))) inner.emplace_back(RVar(r));
+        for (int i = 1; i < f.dimensions(); i++)
+            if (i != 2) inner.emplace_back(f.args()[i]);
+        f.update(k).reorder(inner).unroll(x).unroll(c);
+    }
+}
+
 void schedule_in_registers(Func f, const GpuScheduleOptions &o) {
     const bool conv = conv_shaped(f);
     const int xb = conv ? o.conv_block_x : 1, cb = conv ? o.conv_block_channels : 1;
@@ -145,11 +161,10 @@ void schedule_in_registers(Func f, const GpuScheduleOptions &o) {
     block.compute_root();
     std::vector<std::string> par;
     for (const auto &a : block.args()) par.push_back(a.name());
-    Var x = f.args()[0], c = conv ? f.args()[2] : f.args()[0];
-    Var bx = block.args()[0], bc = conv ? block.args()[2] : block.args()[0];
     Var xo(f.name() + "_xo"), xi(f.name() + "_xi"), co(f.name() + "_co"), ci(f.name() + "_ci");
     if (conv) {
-        block.split(bx, xo, xi, xb, TailStrategy::RoundUp).split(bc, co, ci, cb, TailStrategy::RoundUp);
+        block.split(block.args()[0], xo, xi, xb, TailStrategy::RoundUp)
+            .split(block.args()[2], co, ci, cb, TailStrategy::RoundUp);
         par[0] = xo.name();
         par[2] = co.name();
     }
@@ -157,20 +172,7 @@ void schedule_in_registers(Func f, const GpuScheduleOptions &o) {
     f.compute_at(block, Var(thread)).store_in(Halide::MemoryType::Register);
     if (conv) {
         block.unroll(xi).unroll(ci);
-        // Registers need a constant size, which Halide cannot infer for the
-        // block through the fused thread loop's divisions.
-        for (int i = 0; i < f.dimensions(); i++) {
-            const Var a = f.args()[i];
-            f.bound_extent(a, a.same_as(x) ? xb : a.same_as(c) ? cb : 1);
-        }
-        f.unroll(x).unroll(c);
-        for (int k = 0; k < f.num_update_definitions(); k++) {
-            std::vector<VarOrRVar> inner{x, c};
-            for (const auto &r : reduction_by_extent(f.update(k))) inner.emplace_back(RVar(r));
-            for (int i = 1; i < f.dimensions(); i++)
-                if (i != 2) inner.emplace_back(f.args()[i]);
-            f.update(k).reorder(inner).unroll(x).unroll(c);
-        }
+        unroll_conv_block(f, xb, cb);
     }
     if (debug())
         std::fprintf(stderr, "schedule_gpu: %s in registers per thread, blocks of %d x %d\n", f.name().c_str(), xb, cb);
