@@ -46,7 +46,7 @@ std::string plan_to_json(const Plan &p) {
                                  {"kernel_bytes", s.kernel_bytes},
                                  {"exact", s.exact},
                                  {"seconds", s.seconds}});
-    j["predicted"] = {{"fixed_bytes", p.fixed_bytes}, {"head_bytes", p.head_bytes},
+    j["predicted"] = {{"fixed_bytes", p.fixed_bytes}, {"reserve_bytes", p.reserve_bytes}, {"head_bytes", p.head_bytes},
                       {"peak_working_bytes", p.peak_bytes}, {"checkpoint_bytes", p.checkpoint_bytes},
                       {"flops", p.flops}, {"recompute", p.recompute}, {"seconds", p.seconds}};
     return j.dump(2) + "\n";
@@ -97,6 +97,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
                              std::to_string(p.segments.size()));
         const json &pr = j.at("predicted");
         p.fixed_bytes = pr.value("fixed_bytes", (int64_t)0);
+        p.reserve_bytes = pr.value("reserve_bytes", (int64_t)0);
         p.head_bytes = pr.value("head_bytes", (int64_t)0);
         p.peak_bytes = pr.value("peak_working_bytes", (int64_t)0);
         p.checkpoint_bytes = pr.value("checkpoint_bytes", (int64_t)0);
@@ -143,7 +144,8 @@ std::string plan_table(const Plan &p, const Model &m) {
           << ") on the host\n";
     else
         o << "predicted peak working memory " << format_bytes(p.peak_bytes) << " (parameters, gradients, optimizer "
-          << format_bytes(p.fixed_bytes) << "; head " << format_bytes(p.head_bytes) << "); checkpoint store "
+          << format_bytes(p.fixed_bytes) << "; runtime reserve " << format_bytes(p.reserve_bytes) << "; head "
+          << format_bytes(p.head_bytes) << "); checkpoint store "
           << format_bytes(p.checkpoint_bytes) << with << "\n";
     std::snprintf(line, sizeof line, "predicted %.3g GFLOP per step (recompute x%.2f), %.2f s per step\n",
                   p.flops / 1e9, p.recompute, p.seconds);

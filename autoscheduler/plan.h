@@ -35,8 +35,12 @@ struct Plan {
     std::vector<std::string> cut_names;          // the same, by layer name
     std::vector<SegmentPlan> segments;
     int64_t fixed_bytes = 0;       // parameters, gradients, optimizer state
+    // Halide's runtime outside the kernels (PlanRequest::runtime_reserve):
+    // it takes anywhere from nothing to this, so a measured peak may fall
+    // short of peak_bytes by up to this much.
+    int64_t reserve_bytes = 0;
     int64_t head_bytes = 0;        // the untiled head's call
-    int64_t peak_bytes = 0;        // predicted peak working memory
+    int64_t peak_bytes = 0;        // predicted peak working memory: fixed + reserve + the worst call
     int64_t checkpoint_bytes = 0;  // predicted checkpoint store
     double flops = 0;              // executed per step (batch included)
     double recompute = 1;          // flops / training_step_flops

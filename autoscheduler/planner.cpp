@@ -89,7 +89,9 @@ public:
             else fixed_ += p.numel() * req.type_bytes * (p.trainable ? 2 + req.optimizer_copies : 1);
             if (p.trainable) trainable_bytes_[p.layer] += p.numel() * req.type_bytes;
         }
-        if (!req.device) fixed_ += req.runtime_reserve;
+        // Reported apart from the parameters (Plan::reserve_bytes): the
+        // runtime takes anywhere from nothing to this much.
+        if (!req.device) reserve_ = req.runtime_reserve;
         head_ = head_bytes();
     }
 
@@ -298,6 +300,9 @@ public:
     }
 
     int64_t fixed() const { return fixed_; }
+    int64_t reserve() const { return reserve_; }
+    // What every call's working memory sits on: the fixed part and the reserve.
+    int64_t held() const { return fixed_ + reserve_; }
     int64_t head() const { return head_; }
     int end() const { return end_; }
     const std::vector<TensorShape> &shapes() const { return shapes_; }
@@ -352,7 +357,7 @@ private:
     std::vector<TensorShape> shapes_;
     std::vector<Box<int64_t>> whole_;
     int end_;
-    int64_t fixed_ = 0, head_ = 0;
+    int64_t fixed_ = 0, reserve_ = 0, head_ = 0;
     std::map<int, int64_t> trainable_bytes_;  // per layer
     std::map<int, int64_t> param_bytes_;      // per layer, every parameter (device plans only)
     std::map<std::pair<int, int>, double> ratios_;
@@ -423,6 +428,7 @@ Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c)
     p.device = req.device;
     p.image_gradient = req.image_gradient;
     p.fixed_bytes = s.fixed();
+    p.reserve_bytes = s.reserve();
     p.head_bytes = s.head();
     int64_t worst = s.head();
     double seconds = 0, flops = 0;
@@ -439,7 +445,7 @@ Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c)
             untiled += layer_flops(m, l, s.shapes()[l].width, s.shapes()[l].height).total();
         flops += untiled * e.plan.recompute;
     }
-    p.peak_bytes = s.fixed() + worst;
+    p.peak_bytes = s.held() + worst;
     p.checkpoint_bytes = c.store + s.image_grad_bytes();
     const double step = training_step_flops(m, req.width, req.height);
     // The head runs untiled: its FLOPs once.
@@ -549,7 +555,7 @@ std::vector<std::pair<int, int>> spans_of(const Choice &c) {
 }
 
 int64_t cap_for(Search &s, int64_t bytes) {
-    return s.fixed() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), bytes)) + 1;
+    return s.held() + (int64_t)std::ceil(kMargin * (double)std::max(s.head(), bytes)) + 1;
 }
 
 }  // namespace
@@ -588,7 +594,7 @@ int64_t AnalyticKernelMemory::peak(const SegmentLayout &layout, KernelKind kind,
 Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     if (req.width <= 0 || req.height <= 0) throw ModelError("plan: give the image size (width and height > 0)");
     Search s(m, req, exact);
-    const int64_t budget = req.memory_cap > 0 ? (int64_t)((double)(req.memory_cap - s.fixed()) / kMargin) : 0;
+    const int64_t budget = req.memory_cap > 0 ? (int64_t)((double)(req.memory_cap - s.held()) / kMargin) : 0;
     // The smallest split, searched once: the fallback below and the error
     // message both use it (each search may lower kernels). On a search of
     // its own, so that it depends on the model and request only, not on
@@ -617,6 +623,7 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     if (req.memory_cap > 0 && (budget <= 0 || s.head() > budget))
         throw fail(req.device ? "the untiled head takes " + format_bytes(s.head()) + " on the device"
                               : "parameters, gradients and optimizer state take " + format_bytes(s.fixed()) +
+                                    ", the runtime's reserve " + format_bytes(s.reserve()) +
                                     ", the untiled head " + format_bytes(s.head()));
 
     Choice c;

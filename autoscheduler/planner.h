@@ -34,7 +34,8 @@ namespace segtile {
 // 3: the image's gradient only where the request asks for it
 // 4: the time model counts activation traffic beside FLOPs
 // 5: a backward that gives nothing training reads is not run (spec/segments.h backward_needed)
-constexpr int kPlannerVersion = 5;
+// 6: the runtime reserve reported apart (Plan::reserve_bytes); global_avg_pool sums in(r.x, r.y)
+constexpr int kPlannerVersion = 6;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for

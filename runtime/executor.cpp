@@ -172,106 +172,186 @@ void SegmentedExecutor::report(std::string name, const char *category, std::chro
     if (trace_) trace_({std::move(name), category, start, std::chrono::steady_clock::now(), std::move(args)});
 }
 
+// One tile's kernel call: its windows, their host staging and the argument
+// list, kept together so that on the device the next tile's can be made
+// while this one runs (run_segment).
+struct SegmentedExecutor::TileCall {
+    size_t tx = 0, ty = 0;
+    std::chrono::steady_clock::time_point start;
+    TileWindows win;
+    std::deque<Buffer> views;  // stable addresses for the call
+    // On the device, each window of a checkpoint goes through a dense host
+    // copy: a cropped view keeps its checkpoint's strides, and Halide gives
+    // a buffer its whole span (size_in_bytes) on the device, all but the
+    // whole checkpoint for a window with channels.
+    std::deque<Tensor> staging;
+    std::vector<std::pair<Buffer, Buffer>> copy_back;  // (dense, window) of outputs
+    std::vector<std::pair<int, Tensor>> grad_windows;  // (input, its gradient's window)
+    ArgList args;
+    std::vector<void *> built;  // args in the kernel's order
+    std::vector<Tensor> *partials = nullptr;  // the set this call writes its weight-gradient partials to
+};
+
+// What every tile of one segment's kernel shares.
+struct SegmentedExecutor::SegmentRun {
+    int s = 0;
+    bool backward = false;
+    Kernel *kernel = nullptr;
+    TileRegions regions;
+    std::vector<Box<int64_t>> full;
+    std::vector<ParamSpec> specs;
+    std::vector<int> graded;        // inputs whose gradient the backward kernel gives
+    // Weight-gradient partials, reused by every other tile: with overlap,
+    // tile k+1's call writes one set while tile k's is added from the other.
+    std::vector<Tensor> partials[2];
+    bool trainable(size_t p) const {
+        const SegmentSpec &seg = *segment;
+        return backward && specs[p].trainable && specs[p].layer >= seg.first && specs[p].layer <= seg.last;
+    }
+    const SegmentSpec *segment = nullptr;
+};
+
+std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(SegmentRun &run, size_t tx, size_t ty,
+                                                                             ParamStore &params) {
+    const SegmentSpec &seg = *run.segment;
+    const bool backward = run.backward;
+    const int L = (int)model_.layers.size();
+    auto call = std::make_unique<TileCall>();
+    TileCall &c = *call;
+    c.tx = tx;
+    c.ty = ty;
+    c.partials = &run.partials[(tx + ty * run.regions.x[0].size()) % 2];
+    if (c.partials->empty()) c.partials = &run.partials[0];
+    c.start = std::chrono::steady_clock::now();
+    c.win = tile_windows(model_, seg, run.regions, tx, ty, run.full);
+    c.grad_windows.reserve(seg.inputs.size());
+    for (const auto &[name, v] : tile_scalars(model_, c.win, width_, height_)) c.args.scalar(name, (int32_t)v);
+    auto crop = [&](const Buffer &b, const Box<int64_t> &r, bool output) {
+        Buffer w = b.cropped({{(int)r.x.lo, (int)(r.x.hi - r.x.lo + 1)}, {(int)r.y.lo, (int)(r.y.hi - r.y.lo + 1)}});
+        if (!device_) return w;
+        std::vector<int64_t> dims;
+        for (int d = 0; d < w.dimensions(); d++) dims.push_back(w.dim(d).extent());
+        c.staging.emplace_back(dims, ledger_, MemoryLedger::Kind::Working, type_);
+        Buffer dense = c.staging.back().view();
+        dense.translate({(int)r.x.lo, (int)r.y.lo});
+        if (output) c.copy_back.emplace_back(dense, w);
+        else dense.copy_from(w);
+        return dense;
+    };
+    for (const auto &[o, box] : c.win.targets) {
+        const std::string name = tensor_name(model_, o);
+        c.views.push_back(crop(backward ? grads_[o].view() : values_[o].view(), box, !backward));
+        c.args.buffer((backward ? "grad_out_" : "out_") + name, c.views.back().raw_buffer());
+    }
+    for (int t : seg.inputs) {
+        const Box<int64_t> &w = *c.win.need[t];
+        c.views.push_back(crop(t == L ? image_ : values_[t].view(), w, false));
+        c.args.buffer("in_" + tensor_name(model_, t), c.views.back().raw_buffer());
+        if (std::count(run.graded.begin(), run.graded.end(), t)) {
+            const int64_t channels = t == L ? model_.input_channels : shapes_[t].channels;
+            c.grad_windows.emplace_back(t, Tensor({w.x.hi - w.x.lo + 1, w.y.hi - w.y.lo + 1, channels, 1}, ledger_,
+                                                  MemoryLedger::Kind::Working, type_));
+            Buffer g = c.grad_windows.back().second.view();
+            g.translate({(int)w.x.lo, (int)w.y.lo});
+            c.views.push_back(g);
+            c.args.buffer("grad_in_" + tensor_name(model_, t), c.views.back().raw_buffer());
+        }
+    }
+    for (size_t p = 0; p < run.specs.size(); p++) {
+        if (run.specs[p].layer < seg.first || run.specs[p].layer > seg.last) continue;
+        if (device_) {
+            // One view per parameter for the whole segment: Halide copies
+            // it to the device at the first tile and reuses it after.
+            if (device_params_.size() != run.specs.size()) device_params_.assign(run.specs.size(), Buffer());
+            if (!device_params_[p].data()) device_params_[p] = params.values[p].view();
+            c.args.buffer(c_identifier(run.specs[p].name), device_params_[p].raw_buffer());
+        } else {
+            c.views.push_back(params.values[p].view());
+            c.args.buffer(c_identifier(run.specs[p].name), c.views.back().raw_buffer());
+        }
+        if (run.trainable(p)) {
+            c.views.push_back((*c.partials)[p].view());
+            c.args.buffer("grad_" + c_identifier(run.specs[p].name), c.views.back().raw_buffer());
+        }
+    }
+    c.built = c.args.build(run.kernel->signature());
+    return call;
+}
+
+// The kernel's outputs back on the host (on the device: waits for it).
+// Reported as a "kernel" event of the call's name, like its launch: the
+// two together are the time the step waited on the kernel.
+void SegmentedExecutor::collect_tile(SegmentRun &run, TileCall &c) {
+    const auto wait_start = std::chrono::steady_clock::now();
+    if (device_) sync_to_host(c.views);
+    for (auto &[dense, window] : c.copy_back) window.copy_from(dense);
+    if (trace_ && device_) report(kernel_event(run), "kernel", wait_start);
+}
+
+// The tile's gradients into the store and the parameters' gradients.
+void SegmentedExecutor::finish_tile(SegmentRun &run, TileCall &c, ParamStore &params) {
+    if (run.backward) {
+        for (auto &[t, g] : c.grad_windows) add_window(grads_[t], g, c.win.need[t]->x.lo, c.win.need[t]->y.lo);
+        for (size_t p = 0; p < run.specs.size(); p++)
+            if (run.trainable(p)) add_scaled(params.grads[p], (*c.partials)[p], 1.0);
+    }
+    tiles_run_++;
+    if (trace_)
+        report("tile " + std::to_string(c.tx) + "," + std::to_string(c.ty), "tile", c.start,
+               {{"tx", (int64_t)c.tx}, {"ty", (int64_t)c.ty}});
+}
+
+std::string SegmentedExecutor::kernel_event(const SegmentRun &run) const {
+    return std::string(run.backward ? "backward" : "forward") + " kernel, segment " + std::to_string(run.s);
+}
+
 void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     using clock = std::chrono::steady_clock;
     const clock::time_point segment_start = clock::now();
     const SegmentSpec &seg = layout_.segments[s];
-    std::vector<Tensor> partials = backward ? make_partials(params, seg.first, seg.last) : std::vector<Tensor>{};
-    Kernel &kernel = backward ? *kernels_.backward[s] : *kernels_.forward[s];
-    const int L = (int)model_.layers.size();
-    const TileRegions regions = tile_regions(s);
-    const std::vector<Box<int64_t>> full = whole_boxes(model_, shapes_, width_, height_);
-    const auto specs = params.specs();
-    std::vector<int> graded;  // inputs whose gradient the backward kernel gives
+    SegmentRun run;
+    run.s = s;
+    run.backward = backward;
+    run.segment = &seg;
+    run.kernel = backward ? kernels_.backward[s].get() : kernels_.forward[s].get();
+    run.regions = tile_regions(s);
+    run.full = whole_boxes(model_, shapes_, width_, height_);
+    run.specs = params.specs();
+    if (backward) run.partials[0] = make_partials(params, seg.first, seg.last);
     for (int t : seg.inputs)
-        if (backward && has_arg(kernel.signature(), "grad_in_" + tensor_name(model_, t))) graded.push_back(t);
-    for (size_t ty = 0; ty < regions.y[0].size(); ty++) {
-        for (size_t tx = 0; tx < regions.x[0].size(); tx++) {
-            const clock::time_point tile_start = clock::now();
-            const TileWindows win = tile_windows(model_, seg, regions, tx, ty, full);
-            const auto &targets = win.targets;
-            const auto &need = win.need;
-            std::deque<Buffer> views;  // stable addresses for the call
-            std::vector<std::pair<int, Tensor>> grad_windows;
-            grad_windows.reserve(seg.inputs.size());
-            ArgList args;
-            for (const auto &[name, v] : tile_scalars(model_, win, width_, height_)) args.scalar(name, (int32_t)v);
-            // On the device, each window of a checkpoint goes through a dense
-            // host copy: a cropped view keeps its checkpoint's strides, and
-            // Halide gives a buffer its whole span (size_in_bytes) on the
-            // device, all but the whole checkpoint for a window with channels.
-            std::deque<Tensor> staging;
-            std::vector<std::pair<Buffer, Buffer>> copy_back;  // (dense, window) of outputs
-            auto crop = [&](const Buffer &b, const Box<int64_t> &r, bool output) {
-                Buffer w = b.cropped({{(int)r.x.lo, (int)(r.x.hi - r.x.lo + 1)}, {(int)r.y.lo, (int)(r.y.hi - r.y.lo + 1)}});
-                if (!device_) return w;
-                std::vector<int64_t> dims;
-                for (int d = 0; d < w.dimensions(); d++) dims.push_back(w.dim(d).extent());
-                staging.emplace_back(dims, ledger_, MemoryLedger::Kind::Working, type_);
-                Buffer dense = staging.back().view();
-                dense.translate({(int)r.x.lo, (int)r.y.lo});
-                if (output) copy_back.emplace_back(dense, w);
-                else dense.copy_from(w);
-                return dense;
-            };
-            for (const auto &[o, box] : targets) {
-                const std::string name = tensor_name(model_, o);
-                if (!backward) {
-                    views.push_back(crop(values_[o].view(), box, true));
-                    args.buffer("out_" + name, views.back().raw_buffer());
-                } else {
-                    views.push_back(crop(grads_[o].view(), box, false));
-                    args.buffer("grad_out_" + name, views.back().raw_buffer());
-                }
-            }
-            for (int t : seg.inputs) {
-                const Box<int64_t> &w = *need[t];
-                views.push_back(crop(t == L ? image_ : values_[t].view(), w, false));
-                args.buffer("in_" + tensor_name(model_, t), views.back().raw_buffer());
-                if (std::count(graded.begin(), graded.end(), t)) {
-                    const int64_t channels = t == L ? model_.input_channels : shapes_[t].channels;
-                    grad_windows.emplace_back(t, Tensor({w.x.hi - w.x.lo + 1, w.y.hi - w.y.lo + 1, channels, 1},
-                                                        ledger_, MemoryLedger::Kind::Working, type_));
-                    Buffer g = grad_windows.back().second.view();
-                    g.translate({(int)w.x.lo, (int)w.y.lo});
-                    views.push_back(g);
-                    args.buffer("grad_in_" + tensor_name(model_, t), views.back().raw_buffer());
-                }
-            }
-            for (size_t p = 0; p < specs.size(); p++) {
-                if (specs[p].layer < seg.first || specs[p].layer > seg.last) continue;
-                if (device_) {
-                    // One view per parameter for the whole segment: Halide copies
-                    // it to the device at the first tile and reuses it after.
-                    if (device_params_.size() != specs.size()) device_params_.assign(specs.size(), Buffer());
-                    if (!device_params_[p].data()) device_params_[p] = params.values[p].view();
-                    args.buffer(c_identifier(specs[p].name), device_params_[p].raw_buffer());
-                } else {
-                    views.push_back(params.values[p].view());
-                    args.buffer(c_identifier(specs[p].name), views.back().raw_buffer());
-                }
-                if (backward && specs[p].trainable) {
-                    views.push_back(partials[p].view());
-                    args.buffer("grad_" + c_identifier(specs[p].name), views.back().raw_buffer());
-                }
-            }
-            const clock::time_point kernel_start = clock::now();
-            call_kernel(kernel, args.build(kernel.signature()), backward ? "backward" : "forward", s);
-            if (device_) sync_to_host(views);
-            for (auto &[dense, window] : copy_back) window.copy_from(dense);
-            tiles_run_++;
-            const std::string tile = "tile " + std::to_string(tx) + "," + std::to_string(ty);
-            if (trace_) report(std::string(backward ? "backward" : "forward") + " kernel, segment " + std::to_string(s),
-                               "kernel", kernel_start);
-            if (backward) {
-                for (auto &[t, g] : grad_windows) add_window(grads_[t], g, need[t]->x.lo, need[t]->y.lo);
-                for (size_t p = 0; p < specs.size(); p++)
-                    if (specs[p].layer >= seg.first && specs[p].layer <= seg.last && specs[p].trainable)
-                        add_scaled(params.grads[p], partials[p], 1.0);
-            }
-            if (trace_) report(tile, "tile", tile_start, {{"tx", (int64_t)tx}, {"ty", (int64_t)ty}});
+        if (backward && has_arg(run.kernel->signature(), "grad_in_" + tensor_name(model_, t))) run.graded.push_back(t);
+    std::vector<std::pair<size_t, size_t>> order;  // (tx, ty), row by row
+    for (size_t ty = 0; ty < run.regions.y[0].size(); ty++)
+        for (size_t tx = 0; tx < run.regions.x[0].size(); tx++) order.push_back({tx, ty});
+    // On the device a kernel call returns once its work is queued: the host
+    // makes the next tile's windows, and adds the previous tile's gradients,
+    // while the GPU runs (two tiles' host staging alive at once; the device
+    // still holds one call's buffers). On the CPU, one tile at a time: the
+    // call itself is the work, and the planner counts one tile's windows.
+    const bool overlap = device_ && overlap_ && order.size() > 1;
+    if (backward && overlap) run.partials[1] = make_partials(params, seg.first, seg.last);
+    std::unique_ptr<TileCall> next = prepare_tile(run, order[0].first, order[0].second, params);
+    std::unique_ptr<TileCall> done;  // collected, its gradients not yet added
+    for (size_t k = 0; k < order.size(); k++) {
+        std::unique_ptr<TileCall> cur = std::move(next);
+        const clock::time_point kernel_start = clock::now();
+        call_kernel(*run.kernel, cur->built, backward ? "backward" : "forward", s);
+        if (trace_) report(kernel_event(run), "kernel", kernel_start);
+        if (overlap) {
+            if (done) finish_tile(run, *done, params);
+            done.reset();
+            if (k + 1 < order.size()) next = prepare_tile(run, order[k + 1].first, order[k + 1].second, params);
+            collect_tile(run, *cur);
+            done = std::move(cur);
+        } else {
+            collect_tile(run, *cur);
+            finish_tile(run, *cur, params);
+            cur.reset();
+            if (k + 1 < order.size()) next = prepare_tile(run, order[k + 1].first, order[k + 1].second, params);
         }
     }
+    if (done) finish_tile(run, *done, params);
+    done.reset();
     device_params_.clear();  // frees their device copies
     // Checkpoints in mapped files leave memory between segments (the page
     // cache writes them back); a later segment reads back what it needs.
@@ -281,7 +361,7 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     if (trace_)
         report("segment " + std::to_string(s) + (backward ? " backward" : " forward"), "segment", segment_start,
                {{"first_layer", seg.first}, {"last_layer", seg.last},
-                {"tiles", (int64_t)(regions.x[0].size() * regions.y[0].size())}});
+                {"tiles", (int64_t)(run.regions.x[0].size() * run.regions.y[0].size())}});
 }
 
 void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &params, Tensor *predictions, int n,

@@ -69,9 +69,13 @@ public:
     // parameters stay on the device per segment. Every device allocation is
     // charged to the ledger (Kind::Device) and, with `device_cap` > 0, one
     // that would take it past the cap fails the step with DeviceMemoryError.
-    void set_device(bool on, int64_t device_cap = 0) {
+    // `overlap`: the host makes the next tile's windows and adds the last
+    // tile's gradients while the GPU runs a call (off: one tile at a time,
+    // to measure what the overlap gains).
+    void set_device(bool on, int64_t device_cap = 0, bool overlap = true) {
         device_ = on;
         device_cap_ = device_cap;
+        overlap_ = overlap;
     }
     // Reports every segment, tile and kernel call to `hook` (empty: none).
     void set_trace(ExecutorTraceHook hook) { trace_ = std::move(hook); }
@@ -88,6 +92,12 @@ private:
     Halide::Runtime::Buffer<> image_view(const Tensor &images, int n) const;
     std::vector<Tensor> make_partials(const ParamStore &params, int first, int last) const;
     void run_segment(int s, bool backward, ParamStore &params);
+    struct TileCall;
+    struct SegmentRun;
+    std::unique_ptr<TileCall> prepare_tile(SegmentRun &run, size_t tx, size_t ty, ParamStore &params);
+    void collect_tile(SegmentRun &run, TileCall &c);
+    void finish_tile(SegmentRun &run, TileCall &c, ParamStore &params);
+    std::string kernel_event(const SegmentRun &run) const;
     void run_head(const Halide::Runtime::Buffer<> &labels_or_target, ParamStore &params, Tensor *predictions, int n,
                   double &loss);
 
@@ -107,6 +117,7 @@ private:
     std::vector<bool> backward_needed_;  // per segment (spec/segments.h backward_needed)
     bool device_ = false;
     int64_t device_cap_ = 0;
+    bool overlap_ = true;
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
     ExecutorTraceHook trace_;
     void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,

@@ -300,6 +300,8 @@ TEST(Planner, PlanRoundTripsThroughJson) {
         EXPECT_EQ(q.segments[k].backward_bytes, p.segments[k].backward_bytes);
     }
     EXPECT_EQ(q.peak_bytes, p.peak_bytes);
+    EXPECT_EQ(q.reserve_bytes, p.reserve_bytes);
+    EXPECT_GT(p.reserve_bytes, 0) << "a CPU plan reserves room for the runtime";
     EXPECT_THROW(plan_from_json("{\"format\": \"segtile-plan/1\", \"model\": \"vgg16\"}", m, "other.json"), ModelError);
     EXPECT_THROW(plan_from_json("not json", m, "bad.json"), ModelError);
 }
@@ -352,9 +354,13 @@ TEST_P(MeasuredPeak, UnderCapAndWithinTenPercentOfPrediction) {
             EXPECT_LE(measured, cap) << plan_table(p, m);
             EXPECT_NEAR((double)measured, (double)p.peak_bytes, 0.1 * (double)p.peak_bytes) << plan_table(p, m);
             // The part that depends on the plan, not only the total (which
-            // the fixed parameters dominate for the big models at these sizes).
-            const double variable = (double)(p.peak_bytes - p.fixed_bytes);
-            EXPECT_NEAR((double)(measured - p.fixed_bytes), variable, 0.1 * variable) << plan_table(p, m);
+            // the fixed parameters dominate for the big models at these sizes):
+            // the worst call, plus whatever of the reserve Halide's runtime
+            // took (nothing up to reserve_bytes, timing-dependent).
+            const double variable = (double)(p.peak_bytes - p.fixed_bytes - p.reserve_bytes);
+            const double measured_variable = (double)(measured - p.fixed_bytes);
+            EXPECT_GE(measured_variable, 0.9 * variable) << plan_table(p, m);
+            EXPECT_LE(measured_variable, 1.1 * variable + (double)p.reserve_bytes) << plan_table(p, m);
         }
     }
 }

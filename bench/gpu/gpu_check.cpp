@@ -86,10 +86,10 @@ std::vector<TileSize> tiles_for(const Model &m, const SegmentLayout &layout, int
 using KernelSeconds = std::map<std::string, double>;
 
 double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_px, int64_t cap, MemoryLedger &ledger,
-                int64_t &tiles_run, double &loss, KernelSeconds *kernel_seconds = nullptr) {
+                int64_t &tiles_run, double &loss, KernelSeconds *kernel_seconds = nullptr, bool overlap = true) {
     SegmentLayout layout = make_segments(m, parse_cuts(m, lib.cuts()));
     SegmentedExecutor exec(m, layout, lib.kernels(m, &ledger), tiles_for(m, layout, size, tile_px), &ledger);
-    exec.set_device(true, cap);
+    exec.set_device(true, cap, overlap);
     if (kernel_seconds)
         exec.set_trace([kernel_seconds](const ExecutorEvent &e) {
             if (e.category == "kernel" || e.category == "head")
@@ -111,8 +111,10 @@ double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_p
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc != 5 && argc != 6) {
-        std::fprintf(stderr, "usage: %s vgg16|darknet19 <image size> <tile px> <out.json> [<device cap bytes>]\n",
+    if (argc < 5 || argc > 7 || (argc == 7 && std::string(argv[6]) != "sequential")) {
+        std::fprintf(stderr,
+                     "usage: %s vgg16|darknet19 <image size> <tile px> <out.json> [<device cap bytes> [sequential]]\n"
+                     "  sequential: also run the step one tile at a time (no host work overlapping the GPU)\n",
                      argv[0]);
         return 2;
     }
@@ -124,7 +126,8 @@ int main(int argc, char **argv) {
     }
     const std::string model = argv[1];
     const int64_t size = std::stoll(argv[2]), tile_px = std::stoll(argv[3]);
-    const int64_t cap = argc == 6 ? std::stoll(argv[5]) : 0;
+    const int64_t cap = argc >= 6 ? std::stoll(argv[5]) : 0;
+    const bool sequential = argc == 7;
     std::ofstream out(argv[4]);
     // Each tile allocates and frees the same device buffers: the CUDA
     // runtime keeps freed blocks for the next tile instead of cuMemFree and
@@ -143,6 +146,18 @@ int main(int argc, char **argv) {
         double loss = 0;
         KernelSeconds kernels;
         const double seconds = run_step(m, lib, size, tile_px, cap, ledger, tiles, loss, &kernels);
+        // The same step without overlap, after it: the ratio of the two is
+        // what the overlap gains (same kernels, same warm allocation cache).
+        std::string seq_json;
+        if (sequential) {
+            MemoryLedger seq_ledger;
+            int64_t seq_tiles = 0;
+            double seq_loss = 0;
+            const double seq = run_step(m, lib, size, tile_px, cap, seq_ledger, seq_tiles, seq_loss, nullptr, false);
+            seq_json = ", \"sequential_seconds\": " + std::to_string(seq) + ", \"sequential_loss\": " +
+                       std::to_string(seq_loss);
+            std::printf("one tile at a time: %.2f s (overlapped %.2f s), loss %g\n", seq, seconds, seq_loss);
+        }
         std::string by_kernel;
         for (const auto &[name, sec] : kernels)
             by_kernel += (by_kernel.empty() ? "\"" : ", \"") + name + "\": " + std::to_string(sec);
@@ -152,7 +167,7 @@ int main(int argc, char **argv) {
             << ", \"host_checkpoint_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Checkpoint)
             << ", \"host_working_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Working)
             << ", \"device_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Device) << ", \"device_cap_bytes\": " << cap
-            << ", \"process_hwm_bytes\": " << process_high_water_mark() << ", \"kernel_seconds\": {" << by_kernel
+            << ", \"process_hwm_bytes\": " << process_high_water_mark() << seq_json << ", \"kernel_seconds\": {" << by_kernel
             << "}}\n";
         std::printf("%s %lld^2 tile %lld: %.2f s, %lld tiles, loss %g\n", model.c_str(), (long long)size,
                     (long long)tile_px, seconds, (long long)tiles, loss);
