@@ -32,7 +32,15 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
     // The time model's rates: measured on this machine once, then reused.
     const std::string cal = calibration_path();
-    if (opt.calibrate) {
+    if (req.device) {
+        // The CPU's calibration says nothing about a GPU: cut before every
+        // conv, the VGG16 plan at 1024^2 priced recomputation at CPU rates.
+        if (opt.calibrate)
+            throw ModelError("--calibrate measures this machine's CPU, not a GPU: drop it with --target cuda (the "
+                             "GPU plan uses rates fitted to an H200's measured kernels, docs/gpu.md)");
+        req.rates = device_time_rates();
+        std::cout << "time model: rates fitted to an H200's measured kernels (--target cuda)\n";
+    } else if (opt.calibrate) {
         std::cout << "calibrating the time model (JIT-compiling and timing two small training steps)...\n"
                   << std::flush;
         req.rates = measure_time_rates();

@@ -45,7 +45,11 @@ std::string plan_to_json(const Plan &p) {
                                  {"backward_bytes", s.backward_bytes},
                                  {"kernel_bytes", s.kernel_bytes},
                                  {"exact", s.exact},
-                                 {"seconds", s.seconds}});
+                                 {"seconds", s.seconds},
+                                 {"flops", s.flops},
+                                 {"elements", s.elements},
+                                 {"moved_bytes", s.moved_bytes},
+                                 {"calls", s.calls}});
     j["predicted"] = {{"fixed_bytes", p.fixed_bytes}, {"reserve_bytes", p.reserve_bytes}, {"head_bytes", p.head_bytes},
                       {"peak_working_bytes", p.peak_bytes}, {"checkpoint_bytes", p.checkpoint_bytes},
                       {"flops", p.flops}, {"recompute", p.recompute}, {"seconds", p.seconds}};
@@ -89,6 +93,10 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
             sp.kernel_bytes = s.value("kernel_bytes", (int64_t)0);
             sp.exact = s.value("exact", false);
             sp.seconds = s.value("seconds", 0.0);
+            sp.flops = s.value("flops", 0.0);
+            sp.elements = s.value("elements", 0.0);
+            sp.moved_bytes = s.value("moved_bytes", 0.0);
+            sp.calls = s.value("calls", (int64_t)0);
             p.segments.push_back(sp);
         }
         if (p.segments.size() != p.cuts.size() + 1)

@@ -22,6 +22,12 @@ struct SegmentPlan {
     int64_t kernel_bytes = 0;       // of which the backward kernel's own allocations
     bool exact = false;             // kernel memory from the lowered code (else the analytic estimate)
     double seconds = 0;             // predicted, per image
+    // What the time model priced (per image, forward and backward): FLOPs
+    // executed, activation elements read or written, bytes the executor
+    // copies, kernel calls. A measured time per segment fits rates to them
+    // (bench/gpu/fit_device_rates.cpp).
+    double flops = 0, elements = 0, moved_bytes = 0;
+    int64_t calls = 0;
 };
 
 struct Plan {

@@ -218,8 +218,12 @@ public:
         // gradient windows written and added, output gradients read, partials added.
         const double moved = tiles * (window_bytes + out_bytes) +
                              (backward ? tiles * (2.0 * window_bytes + out_bytes + 2.0 * partials) : 0);
+        e.plan.flops = executed;
+        e.plan.elements = elements;
+        e.plan.moved_bytes = moved;
+        e.plan.calls = (int64_t)((backward ? 2 : 1) * tiles);
         e.plan.seconds = executed / req_.rates.flops_per_second + elements / req_.rates.elements_per_second +
-                         moved / req_.rates.bytes_per_second + (backward ? 2 : 1) * tiles * req_.rates.seconds_per_tile;
+                         moved / req_.rates.bytes_per_second + (double)e.plan.calls * req_.rates.seconds_per_tile;
         e.seconds = e.plan.seconds;
         for (int t : seg.outputs) e.store += 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
         e.feasible = true;

@@ -34,7 +34,8 @@ namespace segtile {
 // 3: the image's gradient only where the request asks for it
 // 4: the time model counts activation traffic beside FLOPs
 // 5: a backward that gives nothing training reads is not run (spec/segments.h backward_needed)
-// 6: the runtime reserve reported apart (Plan::reserve_bytes); global_avg_pool sums in(r.x, r.y)
+// 6: the runtime reserve reported apart (Plan::reserve_bytes); global_avg_pool sums in(r.x, r.y);
+//    GPU plans priced at device_time_rates()
 constexpr int kPlannerVersion = 6;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
@@ -70,6 +71,16 @@ struct TimeRates {
     double bytes_per_second = 5e9;       // the executor's window copies and overlap-adds
     double seconds_per_tile = 30e-6;     // call overhead per kernel call
 };
+
+// A CUDA GPU's rates (PlanRequest::device). `segtile plan --calibrate`
+// measures a CPU; these are fitted (bench/gpu/fit_device_rates.cpp) to the
+// kernel seconds of the GPU check's four runs on an H200 (VGG16 and
+// Darknet19 at 4096^2 and 8192^2, 1024-pixel tiles, 2026-12-04, schedule of
+// 2a9087c): each segment's measured time 0.86x to 1.30x the prediction.
+// The host's own work between calls (window staging, gradient adds) is
+// not in them: 2 to 8 s of those steps before the executor overlapped it
+// with the GPU (docs/gpu.md).
+inline TimeRates device_time_rates() { return {6.68e12, 5.36e10, 1.06e10, 2.18e-3}; }
 
 struct PlanRequest {
     int64_t width = 0, height = 0;

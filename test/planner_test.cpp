@@ -15,6 +15,7 @@
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "autoscheduler/planner.h"
+#include "autoscheduler/rate_fit.h"
 #include "generators/jit_kernel.h"
 #include "runtime/executor.h"
 #include "generators/kernels.h"
@@ -229,6 +230,40 @@ TEST(TimeModel, LayerTrafficCountsInputAndOutput) {
         sum += t.forward + t.backward;
     }
     EXPECT_EQ(training_step_elements(m, 16, 16), sum);
+}
+
+// Rates fitted to times that a known set of rates made are those rates;
+// a term the times do not use is left out (kUnusedRate), not made negative.
+TEST(TimeModel, FitRecoversTheRatesThatMadeTheTimes) {
+    const TimeRates truth{5e12, 4e11, 2e10, 40e-6};
+    Model m = load_model("darknet19");
+    std::vector<TimeSample> samples;
+    for (const char *cuts : {"pool2,pool3,pool4", "conv3,conv5,pool5"})
+        for (int64_t tile : {16, 48}) {
+            PlanRequest req = request(512, 512, 0, false);
+            req.device = true;
+            const std::vector<int> c = parse_cuts(m, cuts);
+            const Plan p = evaluate_plan(m, req, c, std::vector<TileSize>(c.size() + 1, TileSize{tile, tile}), nullptr);
+            for (const auto &s : p.segments) {
+                TimeSample t{s.flops, s.elements, s.moved_bytes, (double)s.calls, 0};
+                t.seconds = predicted_seconds(truth, t);
+                samples.push_back(t);
+            }
+        }
+    ASSERT_GE(samples.size(), 8u);
+    const TimeRates fit = fit_time_rates(samples);
+    EXPECT_NEAR(fit.flops_per_second, truth.flops_per_second, 1e-6 * truth.flops_per_second);
+    EXPECT_NEAR(fit.elements_per_second, truth.elements_per_second, 1e-6 * truth.elements_per_second);
+    EXPECT_NEAR(fit.bytes_per_second, truth.bytes_per_second, 1e-6 * truth.bytes_per_second);
+    EXPECT_NEAR(fit.seconds_per_tile, truth.seconds_per_tile, 1e-6 * truth.seconds_per_tile);
+    // Times of FLOPs and calls alone: no traffic or copy term.
+    for (auto &t : samples) t.seconds = t.flops / 3e12 + t.calls * 1e-4;
+    const TimeRates two = fit_time_rates(samples);
+    EXPECT_NEAR(two.flops_per_second, 3e12, 1e-6 * 3e12);
+    EXPECT_NEAR(two.seconds_per_tile, 1e-4, 1e-10);
+    EXPECT_EQ(two.elements_per_second, kUnusedRate);
+    EXPECT_EQ(two.bytes_per_second, kUnusedRate);
+    EXPECT_THROW(fit_time_rates({}), std::invalid_argument);
 }
 
 // Darknet19's 1x1 segment (bn3, lrelu3, conv4 128->64) has a ninth of the

@@ -313,6 +313,17 @@ TEST_F(ProgramTest, PlanForAGpuCapsDeviceMemory) {
     EXPECT_THAT(tight.err, HasSubstr("smallest feasible"));
 }
 
+TEST_F(ProgramTest, PlanForAGpuPricesItAtGpuRates) {
+    // Not the CPU's calibration: the H200-fitted rates, and --calibrate
+    // (which measures the CPU) is refused with what to do.
+    Result r = segtile("plan --model tiny_cnn --size 256x256 --target cuda --estimate");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("rates fitted to an H200"));
+    Result cal = segtile("plan --model tiny_cnn --size 256x256 --target cuda --estimate --calibrate");
+    EXPECT_NE(cal.status, 0);
+    EXPECT_THAT(cal.err, HasSubstr("drop it with --target cuda"));
+}
+
 TEST_F(BadInputTest, WeightsOfAnotherModelAreRefusedNamingTheTensor) {
     dataset();
     ASSERT_EQ(segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 1 --run A").status, 0);

@@ -3,7 +3,7 @@
 // and carried to a machine with a GPU but no Halide: it links only the AOT
 // libraries and the segtile runtime.
 //
-//   segtile_gpu_check <model> <image size> <tile px> <out.json> [<device cap bytes>]
+//   segtile_gpu_check <model> <image size> <tile px> <out.json> [<device cap bytes> [sequential]]
 //
 // <model> is vgg16 or darknet19 (their CUDA libraries: models/CMakeLists.txt);
 // the image is square, random (seed 1), label 1; <tile px> is the tile side in
@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/gpu/gpu_tiles.h"
 #include "runtime/executor.h"
 #include "darknet19_cuda.h"
 #include "vgg16_cuda.h"
@@ -68,17 +69,6 @@ void fill_random(Tensor &t) {
     for (auto &th : pool) th.join();
 }
 
-// Tile sizes per segment covering `tile_px` image pixels.
-std::vector<TileSize> tiles_for(const Model &m, const SegmentLayout &layout, int64_t size, int64_t tile_px) {
-    const auto shapes = m.shapes(size, size);
-    std::vector<TileSize> t;
-    for (const auto &seg : layout.segments) {
-        const int64_t down = size / shapes[seg.outputs.back()].width;
-        const int64_t side = std::max<int64_t>(1, tile_px / down);
-        t.push_back({side, side});
-    }
-    return t;
-}
 
 // Seconds per kernel ("forward kernel, segment 0"; each call timed from
 // its start to its outputs back on the host) and for the head: where a
