@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <deque>
 #include <stdexcept>
+#include <thread>
 
 #include "runtime/device_memory.h"
+#include "runtime/host_threads.h"
 #include "spec/kernel_call.h"
 #include "spec/kernel_signature.h"
 #include "spec/region_map.h"
@@ -15,14 +17,15 @@ namespace {
 
 using Buffer = Halide::Runtime::Buffer<>;
 
-// dst(x0 + x, y0 + y, c, 0) += src(x, y, c, 0): overlapping input-gradient windows add.
+// dst(x0 + x, y0 + y, c, 0) += src(x, y, c, 0) for channels c0..c1-1:
+// overlapping input-gradient windows add.
 template <typename T>
-void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0) {
+void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0, int64_t c0, int64_t c1) {
     const auto &d = dst.dims();
     const auto &s = src.dims();
     T *out = dst.as<T>();
     const T *in = src.as<T>();
-    for (int64_t c = 0; c < s[2]; c++)
+    for (int64_t c = c0; c < c1; c++)
         for (int64_t y = 0; y < s[1]; y++) {
             T *row = out + (c * d[1] + y0 + y) * d[0] + x0;
             const T *srow = in + (c * s[1] + y) * s[0];
@@ -31,10 +34,10 @@ void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0) {
 }
 
 template <typename T>
-void add_scaled(Tensor &dst, Tensor &src, double scale) {
+void add_scaled(Tensor &dst, Tensor &src, double scale, int64_t k0, int64_t k1) {
     T *out = dst.as<T>();
     const T *in = src.as<T>();
-    for (int64_t k = 0; k < dst.numel(); k++) out[k] += (T)scale * in[k];
+    for (int64_t k = k0; k < k1; k++) out[k] += (T)scale * in[k];
 }
 
 template <typename T>
@@ -48,14 +51,39 @@ void scale(Tensor &t, double f) {
     else scale<float>(t, f);
 }
 
-void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0) {
-    if (dst.type() == halide_type_of<double>()) add_window<double>(dst, src, x0, y0);
-    else add_window<float>(dst, src, x0, y0);
+// The host's copies and adds, one channel plane (or one chunk) per task
+// where `threads` is given (the device path), else in this thread.
+void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0, HostThreads *threads = nullptr) {
+    const bool dbl = dst.type() == halide_type_of<double>();
+    auto planes = [&](int64_t c0, int64_t c1) {
+        if (dbl) add_window<double>(dst, src, x0, y0, c0, c1);
+        else add_window<float>(dst, src, x0, y0, c0, c1);
+    };
+    if (!threads) return planes(0, src.dims()[2]);
+    threads->parallel_for(src.dims()[2], [&](int64_t c) { planes(c, c + 1); });
 }
 
-void add_scaled(Tensor &dst, Tensor &src, double scale) {
-    if (dst.type() == halide_type_of<double>()) add_scaled<double>(dst, src, scale);
-    else add_scaled<float>(dst, src, scale);
+void add_scaled(Tensor &dst, Tensor &src, double scale, HostThreads *threads = nullptr) {
+    const bool dbl = dst.type() == halide_type_of<double>();
+    auto range = [&](int64_t k0, int64_t k1) {
+        if (dbl) add_scaled<double>(dst, src, scale, k0, k1);
+        else add_scaled<float>(dst, src, scale, k0, k1);
+    };
+    constexpr int64_t chunk = 1 << 18;
+    const int64_t n = dst.numel();
+    if (!threads || n <= chunk) return range(0, n);
+    threads->parallel_for((n + chunk - 1) / chunk, [&](int64_t i) { range(i * chunk, std::min(n, (i + 1) * chunk)); });
+}
+
+// dst = src over the same region (x, y, channels, batch of one), one
+// channel plane per task where `threads` is given.
+void copy_window(Buffer &dst, const Buffer &src, HostThreads *threads) {
+    if (!threads || dst.dimensions() < 3) return dst.copy_from(src);
+    const int c0 = dst.dim(2).min();
+    threads->parallel_for(dst.dim(2).extent(), [&](int64_t c) {
+        Buffer d = dst.sliced(2, c0 + (int)c);
+        d.copy_from(src.sliced(2, c0 + (int)c));
+    });
 }
 
 // After a call of a device (CUDA) kernel: Halide copied each input view to
@@ -120,6 +148,16 @@ SegmentedExecutor::SegmentedExecutor(const Model &m, SegmentLayout layout, Model
     image_gradient_ = has_arg(kernels_.head->signature(), "grad_in_image");
     for (size_t s = 0; s < S; s++)
         if (backward_needed_[s]) image_gradient_ = image_gradient_ || has_arg(kernels_.backward[s]->signature(), "grad_in_image");
+}
+
+SegmentedExecutor::~SegmentedExecutor() = default;
+
+void SegmentedExecutor::set_device(bool on, int64_t device_cap, bool overlap) {
+    device_ = on;
+    device_cap_ = device_cap;
+    overlap_ = overlap;
+    const int threads = std::min(16, (int)std::thread::hardware_concurrency());
+    host_threads_ = on && threads > 1 ? std::make_unique<HostThreads>(threads) : nullptr;
 }
 
 void SegmentedExecutor::allocate_store(int64_t width, int64_t height) {
@@ -204,6 +242,7 @@ struct SegmentedExecutor::SegmentRun {
     // Weight-gradient partials, reused by every other tile: with overlap,
     // tile k+1's call writes one set while tile k's is added from the other.
     std::vector<Tensor> partials[2];
+    std::vector<Tensor> spare;  // device path: finished tiles' host windows, for the next tiles
     bool trainable(size_t p) const {
         const SegmentSpec &seg = *segment;
         return backward && specs[p].trainable && specs[p].layer >= seg.first && specs[p].layer <= seg.last;
@@ -231,11 +270,11 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
         if (!device_) return w;
         std::vector<int64_t> dims;
         for (int d = 0; d < w.dimensions(); d++) dims.push_back(w.dim(d).extent());
-        c.staging.emplace_back(dims, ledger_, MemoryLedger::Kind::Working, type_);
+        c.staging.push_back(take_spare(run, dims));
         Buffer dense = c.staging.back().view();
         dense.translate({(int)r.x.lo, (int)r.y.lo});
         if (output) c.copy_back.emplace_back(dense, w);
-        else dense.copy_from(w);
+        else copy_window(dense, w, host_threads_.get());
         return dense;
     };
     for (const auto &[o, box] : c.win.targets) {
@@ -249,8 +288,9 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
         c.args.buffer("in_" + tensor_name(model_, t), c.views.back().raw_buffer());
         if (std::count(run.graded.begin(), run.graded.end(), t)) {
             const int64_t channels = t == L ? model_.input_channels : shapes_[t].channels;
-            c.grad_windows.emplace_back(t, Tensor({w.x.hi - w.x.lo + 1, w.y.hi - w.y.lo + 1, channels, 1}, ledger_,
-                                                  MemoryLedger::Kind::Working, type_));
+            const std::vector<int64_t> dims{w.x.hi - w.x.lo + 1, w.y.hi - w.y.lo + 1, channels, 1};
+            c.grad_windows.emplace_back(t, device_ ? take_spare(run, dims)
+                                                   : Tensor(dims, ledger_, MemoryLedger::Kind::Working, type_));
             Buffer g = c.grad_windows.back().second.view();
             g.translate({(int)w.x.lo, (int)w.y.lo});
             c.views.push_back(g);
@@ -284,21 +324,45 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
 void SegmentedExecutor::collect_tile(SegmentRun &run, TileCall &c) {
     const auto wait_start = std::chrono::steady_clock::now();
     if (device_) sync_to_host(c.views);
-    for (auto &[dense, window] : c.copy_back) window.copy_from(dense);
+    for (auto &[dense, window] : c.copy_back) copy_window(window, dense, host_threads_.get());
     if (trace_ && device_) report(kernel_event(run), "kernel", wait_start);
 }
 
 // The tile's gradients into the store and the parameters' gradients.
 void SegmentedExecutor::finish_tile(SegmentRun &run, TileCall &c, ParamStore &params) {
     if (run.backward) {
-        for (auto &[t, g] : c.grad_windows) add_window(grads_[t], g, c.win.need[t]->x.lo, c.win.need[t]->y.lo);
+        HostThreads *threads = host_threads_.get();
+        for (auto &[t, g] : c.grad_windows)
+            add_window(grads_[t], g, c.win.need[t]->x.lo, c.win.need[t]->y.lo, threads);
         for (size_t p = 0; p < run.specs.size(); p++)
-            if (run.trainable(p)) add_scaled(params.grads[p], (*c.partials)[p], 1.0);
+            if (run.trainable(p)) add_scaled(params.grads[p], (*c.partials)[p], 1.0, threads);
     }
     tiles_run_++;
+    // On the device the next tiles take its host windows over: no fresh
+    // allocation (zeroed, page-faulted in) per tile. Every window a call
+    // gets is written whole (copied in, or a kernel output) before it is read.
+    if (device_) {
+        for (auto &t : c.staging) run.spare.push_back(std::move(t));
+        for (auto &[t, g] : c.grad_windows) run.spare.push_back(std::move(g));
+        c.staging.clear();
+        c.grad_windows.clear();
+        // Edge tiles' odd sizes would pile up: keep the newest.
+        constexpr size_t kMaxSpare = 32;
+        if (run.spare.size() > kMaxSpare) run.spare.erase(run.spare.begin(), run.spare.end() - kMaxSpare);
+    }
     if (trace_)
         report("tile " + std::to_string(c.tx) + "," + std::to_string(c.ty), "tile", c.start,
                {{"tx", (int64_t)c.tx}, {"ty", (int64_t)c.ty}});
+}
+
+Tensor SegmentedExecutor::take_spare(SegmentRun &run, const std::vector<int64_t> &dims) {
+    for (auto it = run.spare.begin(); it != run.spare.end(); ++it)
+        if (it->dims() == dims) {
+            Tensor t = std::move(*it);
+            run.spare.erase(it);
+            return t;
+        }
+    return Tensor(dims, ledger_, MemoryLedger::Kind::Working, type_);
 }
 
 std::string SegmentedExecutor::kernel_event(const SegmentRun &run) const {

@@ -38,11 +38,14 @@ struct ModelKernels {
     std::unique_ptr<Kernel> head;
 };
 
+class HostThreads;
+
 class SegmentedExecutor {
 public:
     SegmentedExecutor(const Model &m, SegmentLayout layout, ModelKernels kernels, std::vector<TileSize> tiles,
                       MemoryLedger *ledger, halide_type_t type = halide_type_of<float>(),
                       std::string checkpoint_dir = "");
+    ~SegmentedExecutor();
 
     // One training step on a batch (images (W, H, C, N)); labels (N) int32
     // or targets (W', H', K, N). params.grads receive the gradients of the
@@ -72,11 +75,8 @@ public:
     // `overlap`: the host makes the next tile's windows and adds the last
     // tile's gradients while the GPU runs a call (off: one tile at a time,
     // to measure what the overlap gains).
-    void set_device(bool on, int64_t device_cap = 0, bool overlap = true) {
-        device_ = on;
-        device_cap_ = device_cap;
-        overlap_ = overlap;
-    }
+    // On, the host's copies and adds also run on all cores (HostThreads).
+    void set_device(bool on, int64_t device_cap = 0, bool overlap = true);
     // Reports every segment, tile and kernel call to `hook` (empty: none).
     void set_trace(ExecutorTraceHook hook) { trace_ = std::move(hook); }
 
@@ -98,6 +98,7 @@ private:
     void collect_tile(SegmentRun &run, TileCall &c);
     void finish_tile(SegmentRun &run, TileCall &c, ParamStore &params);
     std::string kernel_event(const SegmentRun &run) const;
+    Tensor take_spare(SegmentRun &run, const std::vector<int64_t> &dims);
     void run_head(const Halide::Runtime::Buffer<> &labels_or_target, ParamStore &params, Tensor *predictions, int n,
                   double &loss);
 
@@ -118,6 +119,7 @@ private:
     bool device_ = false;
     int64_t device_cap_ = 0;
     bool overlap_ = true;
+    std::unique_ptr<HostThreads> host_threads_;  // the device path's; null on the CPU path
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
     ExecutorTraceHook trace_;
     void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,

@@ -1,0 +1,45 @@
+// A few host threads for the executor's own copies and adds on the device
+// path, where the CPU is otherwise idle while the GPU runs: at 20480^2 a
+// Darknet19 step spent more time in one host thread's window copies and
+// gradient adds than the GPU spent in kernels (docs/gpu.md). Workers sleep
+// on a condition variable between calls, so they take nothing from
+// Halide's own thread pool.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace segtile {
+
+class HostThreads {
+public:
+    // `threads` <= 1: parallel_for runs in the caller alone.
+    explicit HostThreads(int threads);
+    ~HostThreads();
+    HostThreads(const HostThreads &) = delete;
+    HostThreads &operator=(const HostThreads &) = delete;
+
+    // fn(i) for every i in [0, n), on the workers and the caller; returns
+    // when all are done. fn must not throw.
+    void parallel_for(int64_t n, const std::function<void(int64_t)> &fn);
+    int threads() const { return (int)workers_.size() + 1; }
+
+private:
+    void work(uint64_t generation);
+    void drain();
+
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable start_, finished_;
+    const std::function<void(int64_t)> *fn_ = nullptr;
+    int64_t n_ = 0, next_ = 0;
+    int busy_ = 0;             // workers inside the current call
+    uint64_t generation_ = 0;  // bumped per call: wakes the workers
+    bool stop_ = false;
+};
+
+}  // namespace segtile
