@@ -233,6 +233,7 @@ struct SegmentedExecutor::TileCall {
 // What every tile of one segment's kernel shares.
 struct SegmentedExecutor::SegmentRun {
     int s = 0;
+    const SegmentSpec *segment = nullptr;
     bool backward = false;
     Kernel *kernel = nullptr;
     TileRegions regions;
@@ -247,7 +248,6 @@ struct SegmentedExecutor::SegmentRun {
         const SegmentSpec &seg = *segment;
         return backward && specs[p].trainable && specs[p].layer >= seg.first && specs[p].layer <= seg.last;
     }
-    const SegmentSpec *segment = nullptr;
 };
 
 std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(SegmentRun &run, size_t tx, size_t ty,

@@ -106,6 +106,21 @@ ModelKernels count_clean_inputs(ModelKernels k, int *clean) {
     return k;
 }
 
+// tiny_cnn cut as its tiled CPU library, one random 40 x 33 image.
+struct TinyCnnCase {
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
+    Tensor images;
+    Halide::Runtime::Buffer<int32_t> labels{1};
+    TinyCnnCase(int seed, int label) : images(random_images({40, 33, 1, 1}, seed)) { labels(0) = label; }
+};
+
+void expect_same_bits(const StepResult &a, const StepResult &b) {
+    EXPECT_EQ(a.loss, b.loss);
+    EXPECT_EQ(a.grads, b.grads);
+    EXPECT_EQ(a.grad_image, b.grad_image);
+}
+
 }  // namespace
 
 TEST(CudaLibraries, DevicePathBindsTheSameBuffers) {
@@ -115,22 +130,16 @@ TEST(CudaLibraries, DevicePathBindsTheSameBuffers) {
     // kernel clean there (what the H200 found on 2026-12-04: weights never
     // copied to the device); the host path, which needs no copies, leaves
     // them clean, so the count can fail.
-    Model m = load_model("tiny_cnn");
-    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
-    const Tensor images = random_images({40, 33, 1, 1}, 9);
-    Halide::Runtime::Buffer<int32_t> labels(1);
-    labels(0) = 0;
+    TinyCnnCase c(9, 0);
     const std::vector<TileSize> tiles{{5, 5}, {4, 4}, {3, 3}};
     int clean_host = 0, clean_device = 0;
-    StepResult host = run_step(m, layout, count_clean_inputs(tiny_cnn_tiled_kernels(m, nullptr), &clean_host), tiles,
-                               false, images, labels, 2);
-    StepResult device = run_step(m, layout, count_clean_inputs(tiny_cnn_tiled_kernels(m, nullptr), &clean_device),
-                                 tiles, true, images, labels, 2);
+    StepResult host = run_step(c.m, c.layout, count_clean_inputs(tiny_cnn_tiled_kernels(c.m, nullptr), &clean_host),
+                               tiles, false, c.images, c.labels, 2);
+    StepResult device = run_step(c.m, c.layout, count_clean_inputs(tiny_cnn_tiled_kernels(c.m, nullptr), &clean_device),
+                                 tiles, true, c.images, c.labels, 2);
     EXPECT_GT(clean_host, 0);
     EXPECT_EQ(clean_device, 0) << "inputs a device kernel would read uninitialised";
-    EXPECT_EQ(device.loss, host.loss);
-    EXPECT_EQ(device.grads, host.grads);
-    EXPECT_EQ(device.grad_image, host.grad_image);
+    expect_same_bits(device, host);
 }
 
 TEST(CudaLibraries, OverlappedDevicePathEqualsOneTileAtATime) {
@@ -139,18 +148,14 @@ TEST(CudaLibraries, OverlappedDevicePathEqualsOneTileAtATime) {
     // is the work) the step must be the same to the bit as one tile at a
     // time, and the host must hold two tiles' staging at once: proof that
     // the overlapped order ran.
-    Model m = load_model("tiny_cnn");
-    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
-    const Tensor images = random_images({40, 33, 1, 1}, 11);
-    Halide::Runtime::Buffer<int32_t> labels(1);
-    labels(0) = 1;
+    TinyCnnCase c(11, 1);
     const std::vector<TileSize> tiles{{7, 6}, {4, 5}, {3, 3}};
-    StepResult one = run_step(m, layout, tiny_cnn_tiled_kernels(m, nullptr), tiles, true, images, labels, 6, false);
-    StepResult overlapped = run_step(m, layout, tiny_cnn_tiled_kernels(m, nullptr), tiles, true, images, labels, 6);
+    StepResult one =
+        run_step(c.m, c.layout, tiny_cnn_tiled_kernels(c.m, nullptr), tiles, true, c.images, c.labels, 6, false);
+    StepResult overlapped =
+        run_step(c.m, c.layout, tiny_cnn_tiled_kernels(c.m, nullptr), tiles, true, c.images, c.labels, 6);
     EXPECT_EQ(overlapped.tiles, one.tiles);
-    EXPECT_EQ(overlapped.loss, one.loss);
-    EXPECT_EQ(overlapped.grads, one.grads);
-    EXPECT_EQ(overlapped.grad_image, one.grad_image);
+    expect_same_bits(overlapped, one);
     EXPECT_GT(overlapped.working_peak, one.working_peak) << "two tiles' windows alive at once";
 }
 
