@@ -33,8 +33,8 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     // The time model's rates: measured on this machine once, then reused.
     const std::string cal = calibration_path();
     if (req.device) {
-        // The CPU's calibration says nothing about a GPU: cut before every
-        // conv, the VGG16 plan at 1024^2 priced recomputation at CPU rates.
+        // The CPU's rates say nothing about a GPU: priced at them, the
+        // VGG16 plan at 1024^2 cut before nearly every conv.
         if (opt.calibrate)
             throw ModelError("--calibrate measures this machine's CPU, not a GPU: drop it with --target cuda (the "
                              "GPU plan uses rates fitted to an H200's measured kernels, docs/gpu.md)");
