@@ -108,6 +108,20 @@ public:
         Eval e;
         auto [layout, s] = single_segment(m_, a, b, req_.image_gradient);
         const SegmentSpec &seg = layout.segments[s];
+        // On the CPU a kernel reads and writes its windows in place in the
+        // checkpoints, and Halide refuses a buffer whose span along one
+        // dimension reaches 2^31 elements: no window of a checkpoint that
+        // large can be passed (Darknet19 cut at conv2 at 16384^2, 64 x
+        // 8192^2 elements, failed its first call). On the device windows
+        // are dense copies.
+        if (!req_.device) {
+            const int L = (int)m_.layers.size();
+            for (const auto *list : {&seg.inputs, &seg.outputs})
+                for (int t : *list) {
+                    const int64_t pixels = t == L ? req_.width * req_.height : shapes_[t].width * shapes_[t].height;
+                    if (pixels * channels_of(m_, t) >= (int64_t(1) << 31)) return e;
+                }
+        }
         // Its backward gives nothing training reads: the executor skips it.
         const bool backward = backward_needed(m_, layout)[s];
         // The inputs whose gradient windows the backward calls hold.

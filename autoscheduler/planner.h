@@ -36,7 +36,8 @@ namespace segtile {
 // 5: a backward that gives nothing training reads is not run (spec/segments.h backward_needed)
 // 6: the runtime reserve reported apart (Plan::reserve_bytes); global_avg_pool sums in(r.x, r.y);
 //    GPU plans priced at device_time_rates()
-constexpr int kPlannerVersion = 6;
+// 7: on the CPU no cut at a checkpoint of 2^31 elements or more (Halide refuses windows of it)
+constexpr int kPlannerVersion = 7;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for

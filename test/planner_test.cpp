@@ -323,6 +323,21 @@ TEST(TimeModel, CalibrationFileRoundTripsAndOldFilesLoad) {
     std::filesystem::remove_all(dir);
 }
 
+TEST(Planner, NoCutWhereACheckpointSpansTwoToThe31Elements) {
+    // On the CPU the kernels take windows of the checkpoints in place, and
+    // Halide refuses a buffer spanning 2^31 elements along a dimension. At
+    // 16384^2 under 1 GiB the planner once cut Darknet19 at conv2 (64 x
+    // 8192^2 = 2^32 elements): the first call failed.
+    Model m = load_model("darknet19");
+    const int64_t size = 16384;
+    const Plan p = make_plan(m, request(size, size, int64_t(1) << 30, false), nullptr);
+    const auto shapes = m.shapes(size, size);
+    ASSERT_FALSE(p.cuts.empty());
+    for (int c : p.cuts)
+        EXPECT_LT(shapes[c].width * shapes[c].height * (int64_t)shapes[c].channels, int64_t(1) << 31)
+            << m.layers[c].name << " in " << p.cuts_string();
+}
+
 TEST(Planner, PlanRoundTripsThroughJson) {
     Model m = load_model("unet");
     const Plan free = make_plan(m, request(128, 96, 0), nullptr);
