@@ -57,6 +57,9 @@ Model finish(ModelBuilder b) { return b.loss(LossKind::MeanSquaredError).build()
 std::vector<LayerCase> layer_cases() {
     return {
         {"conv3x3_3_64_256", [] { return finish(net(3).conv2d("conv", 64, 3).padding(1)); }, 256},
+        // Darknet19's first layer at 512^2, and a first layer of one channel (microscopy).
+        {"conv3x3_3_32_512", [] { return finish(net(3).conv2d("conv", 32, 3).padding(1).bias(false)); }, 512},
+        {"conv3x3_1_16_512", [] { return finish(net(1).conv2d("conv", 16, 3).padding(1)); }, 512},
         {"conv3x3_64_64_128", [] { return finish(net(64).conv2d("conv", 64, 3).padding(1)); }, 128},
         {"conv3x3_128_128_64", [] { return finish(net(128).conv2d("conv", 128, 3).padding(1)); }, 64},
         {"conv3x3_256_256_32", [] { return finish(net(256).conv2d("conv", 256, 3).padding(1)); }, 32},
@@ -67,6 +70,9 @@ std::vector<LayerCase> layer_cases() {
         {"conv7x7_stride2_3_64_256", [] { return finish(net(3).conv2d("conv", 64, 7).stride(2).padding(3)); }, 256},
         {"conv1x1_stride2_64_128_128", [] { return finish(net(64).conv2d("conv", 128, 1).stride(2)); }, 128},
         {"conv1x1_128_64_64", [] { return finish(net(128).conv2d("conv", 64, 1)); }, 64},
+        // Darknet19's 1x1 convs at 1024^2 (stages 3 and 5): planes that outgrow L2.
+        {"conv1x1_128_64_256", [] { return finish(net(128).conv2d("conv", 64, 1).bias(false)); }, 256},
+        {"conv1x1_512_256_64", [] { return finish(net(512).conv2d("conv", 256, 1).bias(false)); }, 64},
         {"maxpool2x2_64_128", [] { return finish(net(64).max_pool("pool", 2)); }, 128},
         // Darknet19's pool5 at 256^2: many channels of small planes.
         {"maxpool2x2_512_16", [] { return finish(net(512).max_pool("pool", 2)); }, 16},

@@ -2,10 +2,17 @@
 // blocking depends on the image: a weight gradient summed over several
 // bands of rows, the last one partial, rows and channels that fill no
 // whole register block, and no whole parallel task. The gradients equal
-// the reference schedule's.
+// the reference schedule's. And what the schedule holds: producers of a
+// conv computed per band of its rows.
 #include <gtest/gtest.h>
 
+#include "autoscheduler/cpu_schedule.h"
+#include "autoscheduler/lowered_memory.h"
+#include "generators/kernel_pipeline.h"
 #include "generators/training_step.h"
+#include "spec/builder.h"
+#include "spec/kernel_call.h"
+#include "spec/tiling.h"
 #include "test/layer_cases.h"
 #include "test/test_support.h"
 
@@ -46,6 +53,15 @@ TEST(CpuSchedule, PartialChannelBlocksMatchReference) {
     expect_same_step(segtile::testing::conv_model(10, 5, 1, 1, 0, 1, 1, false), 19, 9, 1);
 }
 
+// An image's 1 or 3 channels: one block of exactly that many, with the
+// row of 3 taps and 8 or 2 output channels (5 and 7 fill no whole block);
+// a 7x7 kernel runs per tap, 3 channels by 4 output channels.
+TEST(CpuSchedule, ImageChannelBlocksMatchReference) {
+    expect_same_step(segtile::testing::conv_model(3, 5, 3, 1, 1, 1, 1, true), 37, 11, 1);
+    expect_same_step(segtile::testing::conv_model(1, 7, 3, 1, 1, 1, 1, false), 21, 9, 2);
+    expect_same_step(segtile::testing::conv_model(3, 6, 7, 1, 3, 1, 1, false), 19, 12, 1);
+}
+
 // Rows narrower than a vector (a deep layer's 8x8 image, a small tile):
 // the weight gradient's rows round up to whole vectors
 // (generators/whole_vector_rows.h), the extra columns adding zeros.
@@ -67,6 +83,39 @@ TEST(CpuSchedule, PartialTasksOfRowsAndChannelsMatchReference) {
                         .loss(LossKind::MeanSquaredError)
                         .build();
     expect_same_step(m, 34, 38, 2);
+}
+
+// A pure producer read by one conv only is computed per band of that
+// conv's rows (band_producers): the forward kernel of conv 1x1 -> batch
+// norm -> leaky ReLU -> conv 3x3 holds conv1's output whole (its batch
+// norm and leaky ReLU read it) and conv2's block wrapper, but the leaky
+// ReLU (32 planes; the batch norm inlined into it) and the input's bounded
+// copy (16 planes) only a band of rows per worker: 48.4 planes in all.
+// With both at root it held 65.0, which the bound below catches.
+TEST(CpuSchedule, ProducerReadByOneConvIsHeldPerBand) {
+    const Model m = ModelBuilder("block", 16)
+                        .conv2d("conv1", 32, 1).bias(false)
+                        .batch_norm("bn1")
+                        .leaky_relu("lrelu1", 0.1)
+                        .conv2d("conv2", 16, 3).padding(1).bias(false)
+                        .loss(LossKind::MeanSquaredError)
+                        .build();
+    const int W = 256, H = 256;
+    const SegmentLayout layout = make_segments(m, {});
+    KernelPipeline kp = kernel_pipeline(m, layout, KernelKind::Forward, 0, Halide::Float(32));
+    const Halide::Target t = Halide::get_jit_target_from_environment();
+    schedule_cpu(kp.outputs, t);
+    LoweredMemory mem(kp.outputs, kp.args, t);
+    const auto shapes = m.shapes(W, H);
+    const auto &seg = layout.segments[0];
+    const TileRegions r = tile_regions(m, seg, shapes, {0, 0});
+    KernelCall c = tile_kernel_call(m, layout, KernelKind::Forward, 0,
+                                    tile_windows(m, seg, r, 0, 0, whole_boxes(m, shapes, W, H)), shapes, W, H);
+    c.threads = 2;
+    const int64_t plane = int64_t(W) * H * 4, peak = mem.peak(c);
+    std::printf("forward kernel holds %.1f planes of %dx%d\n", double(peak) / plane, W, H);
+    EXPECT_GE(peak, 32 * plane);                  // conv1's output, whole
+    EXPECT_LT(peak, (32 + 16) * plane + 8 * plane);  // + conv2's wrapper; bands far below a whole plane set
 }
 
 }  // namespace

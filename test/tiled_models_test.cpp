@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <sstream>
 
 #include "generators/jit_kernel.h"
@@ -29,6 +30,7 @@ struct Case {
     // Whole shipped models use the reference schedule (it compiles several
     // times faster); the small model runs the production CPU schedule.
     Schedule schedule = Schedule::Reference;
+    std::function<Model()> build;  // a model not shipped (named by `model`); empty: load_model(model)
 };
 
 std::ostream &operator<<(std::ostream &os, const Case &c) {
@@ -101,7 +103,7 @@ class TiledModels : public ::testing::TestWithParam<Case> {};
 TEST_P(TiledModels, EqualUntiled) {
     const Case &c = GetParam();
     const auto t0 = std::chrono::steady_clock::now();
-    Model m = load_model(c.model);
+    Model m = c.build ? c.build() : load_model(c.model);
     const RandomBatch batch(m, c.width, c.height, c.batch, 17);
     const auto &image = batch.image;
     const auto &lt = batch.lt;
@@ -278,6 +280,25 @@ INSTANTIATE_TEST_SUITE_P(
         // two, and two cuts with a different tile size per segment.
         Case{"tiny_cnn", 37, 29, 2, {}, {{5, 4}}, Schedule::Cpu},
         Case{"tiny_cnn", 37, 29, 1, {"pool1", "relu2"}, {{7, 5}, {3, 3}, {2, 4}}, Schedule::Cpu},
+        // Darknet19's block under the CPU schedule: in the forward kernels
+        // the input's bounded copy and the leaky ReLU (of the batch norm)
+        // are computed per band of rows of the conv that reads them
+        // (autoscheduler/cpu_schedule.cpp, band_producers); 13 and 23 rows
+        // are no whole number of 6-row bands, 41 columns no whole vectors.
+        Case{"darknet_block", 41, 23, 1, {"lrelu1", "conv3"}, {{41, 13}, {20, 23}, {0, 0}}, Schedule::Cpu,
+             [] {
+                 return ModelBuilder("darknet_block", 5)
+                     .conv2d("conv1", 12, 3).padding(1).bias(false)
+                     .batch_norm("bn1")
+                     .leaky_relu("lrelu1", 0.1)
+                     .conv2d("conv2", 8, 1).bias(false)
+                     .batch_norm("bn2")
+                     .leaky_relu("lrelu2", 0.1)
+                     .conv2d("conv3", 6, 3).padding(1)
+                     .leaky_relu("lrelu3", 0.1)
+                     .loss(LossKind::MeanSquaredError)
+                     .build();
+             }},
         // No cut: one segment; 1-pixel tiles on pool5's 2x1 output.
         Case{"vgg16", 75, 53, 1, {}, {{1, 1}}},
         // Several cuts; the last segment untiled (whole extent).
