@@ -240,7 +240,7 @@ constexpr int kChunkBlocks = 8, kChannelGroup = 4;
 constexpr int64_t kChunkBudget = 512 * 1024;  // half of a 1 MiB L2: the rest for weights and outputs
 
 // Where a conv's producers computed per band of its rows go: the block
-// wrapper and its parallel loop (a band of rows, for a group of channels).
+// wrapper and its outer parallel loop.
 struct ConvBand {
     Func block;
     std::string loop;
@@ -363,12 +363,10 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
     const bool image_input = extents.size() == 4 && extents[2] % 2 == 1 && extents[2] <= 3;
     const bool fuse = extents.size() == 4 && extents[0] > 1 && extents[0] <= kMaxFusedTaps && (extents[2] % 2 == 0 || image_input);
     const int taps = fuse ? extents[0] : 1;
-    int in_block = taps > 1 ? (wide ? 2 : 1) : (wide ? 4 : 2), out_block = 4;
-    if (image_input) {
-        in_block = extents[2];
-        const int room = (wide ? 24 : 12) / (taps * in_block);
-        if (taps > 1) out_block = room >= 8 ? 8 : room >= 4 ? 4 : room >= 2 ? 2 : 1;
-    }
+    const int in_block = image_input ? extents[2] : taps > 1 ? (wide ? 2 : 1) : (wide ? 4 : 2);
+    int out_block = 4;
+    if (image_input && taps > 1)
+        for (out_block = 1; out_block * 2 * taps * in_block <= (wide ? 24 : 12);) out_block *= 2;
     f.compute_root();
     Stage s = f.update(0);
     bool constant = true;
@@ -847,6 +845,8 @@ void schedule_cpu(const std::vector<Func> &outputs, const Halide::Target &target
     const auto callers = call_sites(env);
     const auto shapes = parameter_shapes(env);
     const auto fused = band_producers(env, callers, fs);
+    std::set<std::string> banded;                  // convs with producers per band
+    for (const auto &[producer, conv] : fused) banded.insert(conv);
     std::map<std::string, ConvBand> bands;        // conv -> its block
     std::vector<std::pair<Func, std::string>> at;  // producer, conv
     for (auto &[name, fn] : env) {
@@ -865,8 +865,7 @@ void schedule_cpu(const std::vector<Func> &outputs, const Halide::Target &target
             continue;
         }
         const auto e = shapes.find(name);
-        const bool has_band = std::any_of(fused.begin(), fused.end(), [&](const auto &pc) { return pc.second == name; });
-        schedule_func(Func(fn), output, target, e == shapes.end() ? nullptr : &e->second, has_band, bands);
+        schedule_func(Func(fn), output, target, e == shapes.end() ? nullptr : &e->second, banded.count(name) > 0, bands);
     }
     for (auto &[p, conv] : at) {
         const auto b = bands.find(conv);
