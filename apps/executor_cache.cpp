@@ -22,27 +22,6 @@ namespace segtile {
 
 namespace {
 
-// A kernel owned by the cache and shared by the executors of several image
-// sizes (each executor owns its ModelKernels).
-class SharedKernel : public Kernel {
-public:
-    explicit SharedKernel(std::shared_ptr<ModelKernels> owner, Kernel *k) : owner_(std::move(owner)), k_(k) {}
-    const std::vector<KernelArg> &signature() const override { return k_->signature(); }
-    void call(const std::vector<void *> &args) override { k_->call(args); }
-
-private:
-    std::shared_ptr<ModelKernels> owner_;
-    Kernel *k_;
-};
-
-ModelKernels share(const std::shared_ptr<ModelKernels> &k) {
-    ModelKernels s;
-    for (auto &f : k->forward) s.forward.push_back(std::make_unique<SharedKernel>(k, f.get()));
-    for (auto &b : k->backward) s.backward.push_back(std::make_unique<SharedKernel>(k, b.get()));
-    s.head = std::make_unique<SharedKernel>(k, k->head.get());
-    return s;
-}
-
 constexpr int kUntiled = -1;  // the cut-set key of the untiled step
 
 // Planning lowers candidate kernels (a minute for the main job on two
@@ -66,7 +45,7 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
     const char *threads = std::getenv("HL_NUM_THREADS");
     std::ostringstream key;
     key << model_text << '|' << p.width << 'x' << p.height << '|' << p.memory_cap << '|' << p.checkpoint_cap << '|'
-        << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path()) << '|'
+        << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path(p.target == "cuda")) << '|'
         << (threads ? threads : std::to_string(std::thread::hardware_concurrency())) << "|schedule "
         << kCpuScheduleVersion << "|planner " << kPlannerVersion << (p.target == "cuda" ? "|cuda" : "")
         << (p.image_gradient ? "|image gradient" : "");
@@ -91,13 +70,7 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
     if (device()) {
         // Before any planning or compiling: Halide initialises CUDA (loads
         // the driver, finds a GPU) or says it cannot.
-        bool usable = false;
-        try {
-            usable = Halide::host_supports_target_device(segtile_cuda_target(Halide::get_jit_target_from_environment()));
-        } catch (const Halide::Error &) {
-            usable = false;
-        }
-        if (!usable)
+        if (!cuda_device_usable())
             throw std::invalid_argument(
                 "--target cuda: no usable CUDA device here (Halide could not load the NVIDIA driver or find a GPU); "
                 "drop --target cuda to train on the CPU, or run on a machine with an NVIDIA GPU and its driver "
@@ -223,7 +196,7 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
         }
         layout = make_segments(model_, cuts, image_gradient());
     }
-    auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share(kernels_for(cuts)), tiles, ledger_,
+    auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share_kernels(kernels_for(cuts)), tiles, ledger_,
                                                     halide_type_of<float>(), opt_.checkpoint_dir);
     exec->set_trace(trace_);
     // On a GPU the planned cap is the device's, and the executor enforces it.

@@ -31,24 +31,31 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     const char *threads = std::getenv("HL_NUM_THREADS");
     req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
     // The time model's rates: measured on this machine once, then reused.
-    const std::string cal = calibration_path();
-    if (req.device) {
-        // The CPU's rates say nothing about a GPU: priced at them, the
-        // VGG16 plan at 1024^2 cut before nearly every conv.
-        if (opt.calibrate)
-            throw ModelError("--calibrate measures this machine's CPU, not a GPU: drop it with --target cuda (the "
-                             "GPU plan uses rates fitted to an H200's measured kernels, docs/gpu.md)");
-        req.rates = device_time_rates();
-        std::cout << "time model: rates fitted to an H200's measured kernels (--target cuda)\n";
-    } else if (opt.calibrate) {
-        std::cout << "calibrating the time model (JIT-compiling and timing two small training steps)...\n"
+    // A GPU's are kept apart: priced at the CPU's, the VGG16 plan at 1024^2
+    // cut before nearly every conv.
+    const std::string cal = calibration_path(req.device);
+    if (opt.calibrate) {
+        if (req.device && !cuda_device_usable())
+            throw ModelError("--calibrate --target cuda times kernels on this machine's GPU, and Halide finds no "
+                             "usable CUDA device here: calibrate on the machine with the GPU, or drop --calibrate "
+                             "(rates fitted to an H200's measured kernels, docs/gpu.md)");
+        std::cout << "calibrating the time model: timing the segment passes of two small models through the "
+                     "executor at several tile sizes"
+                  << (req.device ? " on the GPU" : "") << " (a minute or two)...\n"
                   << std::flush;
-        req.rates = measure_time_rates();
+        const Calibration c = calibrate_time_model(
+            calibration_cases(req.device), 3,
+            [](const std::string &line) { std::cout << "  " << line << "\n" << std::flush; }, req.device);
+        req.rates = c.rates;
         save_time_rates(req.rates, cal);
-        std::cout << "measured " << req.rates.flops_per_second / 1e9 << " GFLOP/s, "
-                  << req.rates.elements_per_second / 1e9 << " G activation elements/s, "
-                  << req.rates.seconds_per_tile * 1e6 << " us per kernel call; saved to " << cal << "\n";
-    } else if (!load_time_rates(req.rates, cal)) {
+        std::cout << calibration_report(c) << "saved to " << cal << "\n";
+    } else if (load_time_rates(req.rates, cal)) {
+        std::cout << "time model: this machine's rates from " << cal << "\n";
+    } else if (req.device) {
+        req.rates = device_time_rates();
+        std::cout << "time model: rates fitted to an H200's measured kernels (`segtile plan --target cuda "
+                     "--calibrate` measures this machine's GPU)\n";
+    } else {
         std::cout << "time model: default rates (run `segtile plan --calibrate` once to measure this machine's)\n";
     }
     if (opt.estimate) return make_plan(m, req, nullptr);

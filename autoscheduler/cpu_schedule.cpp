@@ -640,18 +640,21 @@ bool inline_view(Func f, bool output, const std::map<std::string, Halide::Intern
 // 128->64, batch norm, leaky ReLU, conv 3x3 64->128 at 256^2): forward
 // 60% -> 77% of peak, input gradient 48% -> 60%. Backward kernels gain
 // little: their recomputed activations are read by a conv and by a weight
-// gradient, so they stay at root. Returns producer -> conv.
+// gradient, so they stay at root. A producer read by a weight gradient
+// alone, computed per band of its image rows (the serial loop around the
+// parallel channel blocks), measured no gain and a loss: Darknet19's block
+// backward 60-64% of peak either way, a 1x1 conv's (128->64 at 256^2) 45%
+// -> 39%, its input copy made in parallel tasks per band where one pass at
+// root streamed it (best of three, alternating, 2026-12-05). Returns
+// producer -> conv.
 std::map<std::string, std::string> band_producers(const std::map<std::string, Halide::Internal::Function> &env,
                                                   const std::map<std::string, Callers> &callers,
-                                                  const std::vector<Halide::Internal::Function> &outputs) {
+                                                  const std::set<std::string> &outputs) {
     std::map<std::string, std::string> out;
-    auto is_output = [&](const Halide::Internal::Function &fn) {
-        return std::any_of(outputs.begin(), outputs.end(), [&](const auto &o) { return o.same_as(fn); });
-    };
     for (const auto &[name, c] : callers) {
         if (c.by.size() != 1 || name.rfind("p_", 0) == 0) continue;
         const auto g = env.find(name), conv = env.find(*c.by.begin());
-        if (g == env.end() || conv == env.end() || is_output(g->second) || is_output(conv->second)) continue;
+        if (g == env.end() || conv == env.end() || outputs.count(name) || outputs.count(conv->first)) continue;
         const auto &p = g->second;
         // Views are inlined (inline_view), whoever reads them.
         if (p.has_update_definition() || p.has_extern_definition() || p.args().size() < 3 || view_of(p) ||
@@ -844,7 +847,9 @@ void schedule_cpu(const std::vector<Func> &outputs, const Halide::Target &target
     const auto env = Halide::Internal::build_environment(fs);
     const auto callers = call_sites(env);
     const auto shapes = parameter_shapes(env);
-    const auto fused = band_producers(env, callers, fs);
+    std::set<std::string> output_names;  // a wrapper would not replace them
+    for (const auto &f : fs) output_names.insert(f.name());
+    const auto fused = band_producers(env, callers, output_names);
     std::set<std::string> banded;                  // convs with producers per band
     for (const auto &[producer, conv] : fused) banded.insert(conv);
     std::map<std::string, ConvBand> bands;        // conv -> its block
@@ -854,7 +859,7 @@ void schedule_cpu(const std::vector<Func> &outputs, const Halide::Target &target
             Func(fn).compute_root();
             continue;
         }
-        const bool output = std::any_of(fs.begin(), fs.end(), [&](const auto &o) { return o.same_as(fn); });
+        const bool output = output_names.count(name) > 0;
         const auto c = callers.find(name);
         if (c != callers.end() && inline_pointwise(Func(fn), output, c->second)) continue;
         if (inline_view(Func(fn), output, env, callers)) continue;

@@ -333,4 +333,12 @@ Halide::Target segtile_cuda_target(const Halide::Target &host) {
     return host.with_feature(Halide::Target::CUDA).with_feature(Halide::Target::CUDACapability86);
 }
 
+bool cuda_device_usable() {
+    try {
+        return Halide::host_supports_target_device(segtile_cuda_target(Halide::get_jit_target_from_environment()));
+    } catch (const Halide::Error &) {
+        return false;
+    }
+}
+
 }  // namespace segtile

@@ -33,4 +33,7 @@ void schedule_gpu(const std::vector<Halide::Func> &outputs, const Halide::Target
 // newest Halide 21 knows; newer GPUs run its PTX.
 Halide::Target segtile_cuda_target(const Halide::Target &host = Halide::get_host_target());
 
+// Whether Halide can load the NVIDIA driver and find a GPU here (JIT).
+bool cuda_device_usable();
+
 }  // namespace segtile

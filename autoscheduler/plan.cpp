@@ -49,6 +49,7 @@ std::string plan_to_json(const Plan &p) {
                                  {"flops", s.flops},
                                  {"elements", s.elements},
                                  {"moved_bytes", s.moved_bytes},
+                                 {"weight_elements", s.weight_elements},
                                  {"calls", s.calls}});
     j["predicted"] = {{"fixed_bytes", p.fixed_bytes}, {"reserve_bytes", p.reserve_bytes}, {"head_bytes", p.head_bytes},
                       {"peak_working_bytes", p.peak_bytes}, {"checkpoint_bytes", p.checkpoint_bytes},
@@ -96,6 +97,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
             sp.flops = s.value("flops", 0.0);
             sp.elements = s.value("elements", 0.0);
             sp.moved_bytes = s.value("moved_bytes", 0.0);
+            sp.weight_elements = s.value("weight_elements", 0.0);
             sp.calls = s.value("calls", (int64_t)0);
             p.segments.push_back(sp);
         }

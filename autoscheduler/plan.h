@@ -24,9 +24,11 @@ struct SegmentPlan {
     double seconds = 0;             // predicted, per image
     // What the time model priced (per image, forward and backward): FLOPs
     // executed, activation elements read or written, bytes the executor
-    // copies, kernel calls. A measured time per segment fits rates to them
-    // (bench/gpu/fit_device_rates.cpp).
-    double flops = 0, elements = 0, moved_bytes = 0;
+    // copies, kernel calls, and the trainable weights each backward call
+    // passes over (weight_elements: weights x backward calls). A measured
+    // time per segment fits rates to them (autoscheduler/calibrate.h,
+    // bench/gpu/fit_device_rates.cpp).
+    double flops = 0, elements = 0, moved_bytes = 0, weight_elements = 0;
     int64_t calls = 0;
 };
 

@@ -218,8 +218,16 @@ public:
         const std::vector<bool> again = recomputed_layers(m_, seg.first, seg.last);
         for (int l = seg.first; l <= seg.last; l++) {
             // Per pixel costs from a 1x1 evaluation scale linearly with area.
-            const LayerFlops one = layer_flops(m_, l, 1, 1);
-            const LayerTraffic traffic = layer_traffic(m_, l, 1, 1);
+            LayerFlops one = layer_flops(m_, l, 1, 1);
+            LayerTraffic traffic = layer_traffic(m_, l, 1, 1);
+            // A layer reading the image computes its input gradient only
+            // for kernels built with it: priced anyway, a first segment's
+            // backward (conv 3x3 64->64) was predicted 4/3 of the time it
+            // took, and the calibration fitted a FLOP rate above the peak.
+            if (reads_image(m_, l) && !req_.image_gradient) {
+                traffic.backward -= traffic.forward - m_.layers[l].channels;  // the input's gradient, not written
+                one.input_grad = 0;
+            }
             const double px = sum_w[l] * sum_h[l], forwards = again[l] && backward ? 2 : 1;
             executed += px * (forwards * one.forward + (backward ? one.backward() : 0));
             elements += px * (forwards * traffic.forward + (backward ? traffic.backward : 0));
@@ -236,8 +244,10 @@ public:
         e.plan.elements = elements;
         e.plan.moved_bytes = moved;
         e.plan.calls = (int64_t)((backward ? 2 : 1) * tiles);
+        e.plan.weight_elements = backward ? tiles * (double)partials / req_.type_bytes : 0;
         e.plan.seconds = executed / req_.rates.flops_per_second + elements / req_.rates.elements_per_second +
-                         moved / req_.rates.bytes_per_second + (double)e.plan.calls * req_.rates.seconds_per_tile;
+                         moved / req_.rates.bytes_per_second + (double)e.plan.calls * req_.rates.seconds_per_tile +
+                         e.plan.weight_elements / req_.rates.weights_per_second;
         e.seconds = e.plan.seconds;
         for (int t : seg.outputs) e.store += 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
         e.feasible = true;
@@ -458,10 +468,7 @@ Plan to_plan(const Model &m, const PlanRequest &req, Search &s, const Choice &c)
         }
         worst = std::max(worst, e.bytes);
         seconds += e.plan.seconds;
-        double untiled = 0;
-        for (int l = e.plan.first; l <= e.plan.last; l++)
-            untiled += layer_flops(m, l, s.shapes()[l].width, s.shapes()[l].height).total();
-        flops += untiled * e.plan.recompute;
+        flops += e.plan.flops;  // executed, halo recomputation included
     }
     p.peak_bytes = s.held() + worst;
     p.checkpoint_bytes = c.store + s.image_grad_bytes();

@@ -37,7 +37,9 @@ namespace segtile {
 // 6: the runtime reserve reported apart (Plan::reserve_bytes); global_avg_pool sums in(r.x, r.y);
 //    GPU plans priced at device_time_rates()
 // 7: on the CPU no cut at a checkpoint of 2^31 elements or more (Halide refuses windows of it)
-constexpr int kPlannerVersion = 7;
+// 8: a layer reading the image priced without its input gradient unless the
+//    request asks for it; CPU calibration times the executor's segments
+constexpr int kPlannerVersion = 8;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for
@@ -66,12 +68,24 @@ public:
 // recomputed FLOPs and activations against checkpoint copies and calls.
 // (Planner versions 1-3 defaulted to 20 GFLOP/s, 7x below this machine's
 // rate, which made recomputation look 7x dearer than copies.)
+// A rate a fit found no use for, or a cost a target does not have.
+constexpr double kUnusedRate = 1e18;
+
 struct TimeRates {
     double flops_per_second = 147e9;     // kernels' arithmetic (calibrate: autoscheduler/calibrate.h)
     double elements_per_second = 1.8e9;  // kernels' activation elements read or written
     double bytes_per_second = 5e9;       // the executor's window copies and overlap-adds
     double seconds_per_tile = 30e-6;     // call overhead per kernel call
+    // Trainable weights a backward call passes over, whatever its tile's
+    // size: its weight gradients' lane partials, their zero init and sums
+    // (autoscheduler/cpu_schedule.cpp). A deep conv's weight gradient
+    // (256->512 at 64^2) took 1.7x longer in 4 tiles than in one, where
+    // FLOPs, elements, copies and calls priced 1.03x (calibration,
+    // 2026-12-05). The default: that calibration's fit on this machine
+    // (16.7 ns per weight and call).
+    double weights_per_second = 6e7;
 };
+
 
 // A CUDA GPU's rates (PlanRequest::device). `segtile plan --calibrate`
 // measures a CPU; these are fitted (bench/gpu/fit_device_rates.cpp) to the
@@ -81,7 +95,8 @@ struct TimeRates {
 // The host's own work between calls (window staging, gradient adds) is
 // not in them: 2 to 8 s of those steps before the executor overlapped it
 // with the GPU (docs/gpu.md).
-inline TimeRates device_time_rates() { return {6.68e12, 5.36e10, 1.06e10, 2.18e-3}; }
+// Their weight passes are not measured on a GPU yet (none is priced).
+inline TimeRates device_time_rates() { return {6.68e12, 5.36e10, 1.06e10, 2.18e-3, kUnusedRate}; }
 
 struct PlanRequest {
     int64_t width = 0, height = 0;

@@ -8,9 +8,11 @@ namespace segtile {
 
 namespace {
 
-constexpr int kTerms = 4;  // 1/flops rate, 1/elements rate, 1/bytes rate, seconds per call
+constexpr int kTerms = 5;  // 1/flops rate, 1/elements rate, 1/bytes rate, seconds per call, 1/weights rate
 
-std::vector<double> features(const TimeSample &s) { return {s.flops, s.elements, s.moved_bytes, s.calls}; }
+std::vector<double> features(const TimeSample &s) {
+    return {s.flops, s.elements, s.moved_bytes, s.calls, s.weight_elements};
+}
 
 // Least squares of sum_i (x . a_i / t_i - 1)^2 over the terms in `used`
 // (the others 0), by the normal equations; false when singular.
@@ -60,6 +62,7 @@ TimeRates to_rates(const std::vector<double> &x) {
     r.elements_per_second = rate(x[1]);
     r.bytes_per_second = rate(x[2]);
     r.seconds_per_tile = x[3];
+    r.weights_per_second = rate(x[4]);
     return r;
 }
 
@@ -67,7 +70,13 @@ TimeRates to_rates(const std::vector<double> &x) {
 
 double predicted_seconds(const TimeRates &r, const TimeSample &s) {
     return s.flops / r.flops_per_second + s.elements / r.elements_per_second + s.moved_bytes / r.bytes_per_second +
-           s.calls * r.seconds_per_tile;
+           s.calls * r.seconds_per_tile + s.weight_elements / r.weights_per_second;
+}
+
+TimeSample priced(const SegmentPlan &s) {
+    TimeSample t{s.flops, s.elements, s.moved_bytes, (double)s.calls, 0};
+    t.weight_elements = s.weight_elements;
+    return t;
 }
 
 TimeRates fit_time_rates(const std::vector<TimeSample> &samples) {
@@ -75,8 +84,8 @@ TimeRates fit_time_rates(const std::vector<TimeSample> &samples) {
     for (const auto &s : samples)
         if (s.seconds > 0) usable.push_back(s);
     if (usable.empty()) throw std::invalid_argument("fit_time_rates: no measured time to fit");
-    // Non-negative least squares by trying every subset of terms (four
-    // terms: sixteen solves) and keeping the best with no negative inverse.
+    // Non-negative least squares by trying every subset of terms (five
+    // terms: 32 solves) and keeping the best with no negative inverse.
     double best = std::numeric_limits<double>::infinity();
     std::vector<double> best_x;
     for (unsigned used = 1; used < (1u << kTerms); used++) {

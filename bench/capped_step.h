@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "autoscheduler/planner.h"
 #include "bench/isolated_run.h"
 
 namespace segtile::bench {
@@ -31,6 +32,9 @@ struct CappedStepOptions {
     // Also the image's gradient (kernels, store, plan), which training does
     // not need: to measure what leaving it out saves.
     bool image_gradient = false;
+    // The time model's rates the plan is made with (the defaults, or this
+    // machine's from `segtile plan --calibrate`).
+    TimeRates rates;
 };
 void run_capped_step(const std::string &model, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
                      const CappedStepOptions &opt = {});

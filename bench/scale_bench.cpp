@@ -8,20 +8,25 @@
 // (bench/capped_step.h).
 //
 //   scale_bench [--peak_gflops=X] [--model=darknet19] [--size=16384] \
-//       [--cap=1GiB] [--checkpoint_dir=DIR] [--warm_up] [--image_gradient] \
+//       [--cap=1GiB] [--checkpoint_dir=DIR] [--warm_up] [--image_gradient] [--calibrated] \
 //       --benchmark_out=bench/results/scale.json --benchmark_out_format=json
 //
 // DIR defaults to a fresh folder under $TMPDIR (or /tmp), removed after the
 // run; it needs the checkpoint store's size free on disk. --image_gradient
 // also computes and stores the image's gradient, which training leaves out.
+// --calibrated plans with the rates `segtile plan --calibrate` saved
+// (calibration_path()) instead of the defaults; bench/time_model_check.py
+// compares the plan's predicted segment times with the measured ones.
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include <unistd.h>
 
+#include "autoscheduler/calibrate.h"
 #include "bench/bench_options.h"
 #include "bench/capped_step.h"
 #include "bench/isolated_run.h"
@@ -39,6 +44,7 @@ struct ScaleOptions {
     std::string checkpoint_dir;  // "": a temporary folder
     bool warm_up = false;
     bool image_gradient = false;
+    bool calibrated = false;
 };
 
 // Takes this suite's own flags out of argv, as parse_bench_options does.
@@ -54,6 +60,7 @@ ScaleOptions parse_scale_options(int *argc, char **argv) {
         else if (a.rfind("--checkpoint_dir=", 0) == 0) o.checkpoint_dir = value("--checkpoint_dir=");
         else if (a == "--warm_up") o.warm_up = true;
         else if (a == "--image_gradient") o.image_gradient = true;
+        else if (a == "--calibrated") o.calibrated = true;
         else argv[kept++] = argv[i];
     }
     *argc = kept;
@@ -67,6 +74,12 @@ int main(int argc, char **argv) {
     const BenchOptions opt = parse_bench_options(&argc, argv);
     ScaleOptions so = parse_scale_options(&argc, argv);
     const int64_t cap = parse_bytes(so.cap);
+    TimeRates rates;
+    if (so.calibrated && !load_time_rates(rates, calibration_path())) {
+        std::fprintf(stderr, "--calibrated: no calibration at %s; run `segtile plan --calibrate` first\n",
+                     calibration_path().c_str());
+        return 2;
+    }
     namespace fs = std::filesystem;
     bool temporary = so.checkpoint_dir.empty();
     if (temporary) {
@@ -75,7 +88,7 @@ int main(int argc, char **argv) {
     }
     fs::create_directories(so.checkpoint_dir);
     const std::string name = "BM_ScaleStep/" + so.model + "/size:" + std::to_string(so.size) + "/cap:" + so.cap +
-                             (so.image_gradient ? "/image_gradient" : "");
+                             (so.image_gradient ? "/image_gradient" : "") + (so.calibrated ? "/calibrated" : "");
     benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State &state) {
         for (auto _ : state) {
             CappedStepOptions co;
@@ -83,6 +96,7 @@ int main(int argc, char **argv) {
             co.image_gradient = so.image_gradient;
             co.checkpoint_dir = so.checkpoint_dir;
             co.progress = true;
+            co.rates = rates;
             // No time limit beyond the suite's flag: the run is the point.
             IsolatedResult r = run_isolated(
                 [&](IsolatedResult &out) { run_capped_step(so.model, so.size, cap, opt.peak_gflops, out, co); },

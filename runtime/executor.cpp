@@ -15,6 +15,30 @@ namespace segtile {
 
 namespace {
 
+// A kernel of a shared ModelKernels (share_kernels).
+class SharedKernel : public Kernel {
+public:
+    SharedKernel(std::shared_ptr<ModelKernels> owner, Kernel *k) : owner_(std::move(owner)), k_(k) {}
+    const std::vector<KernelArg> &signature() const override { return k_->signature(); }
+    void call(const std::vector<void *> &args) override { k_->call(args); }
+
+private:
+    std::shared_ptr<ModelKernels> owner_;
+    Kernel *k_;
+};
+
+}  // namespace
+
+ModelKernels share_kernels(const std::shared_ptr<ModelKernels> &k) {
+    ModelKernels s;
+    for (auto &f : k->forward) s.forward.push_back(std::make_unique<SharedKernel>(k, f.get()));
+    for (auto &b : k->backward) s.backward.push_back(std::make_unique<SharedKernel>(k, b.get()));
+    s.head = std::make_unique<SharedKernel>(k, k->head.get());
+    return s;
+}
+
+namespace {
+
 using Buffer = Halide::Runtime::Buffer<>;
 
 // dst(x0 + x, y0 + y, c, 0) += src(x, y, c, 0) for channels c0..c1-1:

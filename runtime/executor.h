@@ -38,6 +38,10 @@ struct ModelKernels {
     std::unique_ptr<Kernel> head;
 };
 
+// Kernels for one more executor, calling those of `k` (which they keep
+// alive): one compilation serves executors of several sizes or tilings.
+ModelKernels share_kernels(const std::shared_ptr<ModelKernels> &k);
+
 class HostThreads;
 
 class SegmentedExecutor {

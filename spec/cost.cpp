@@ -1,5 +1,7 @@
 #include "spec/cost.h"
 
+#include <algorithm>
+
 namespace segtile {
 
 LayerFlops layer_flops(const Model &m, int i, int64_t out_w, int64_t out_h) {
@@ -100,6 +102,11 @@ double training_step_elements(const Model &m, int64_t width, int64_t height) {
     return total;
 }
 
+bool reads_image(const Model &m, int i) {
+    const Layer &l = m.layers.at(i);
+    return std::any_of(l.input_ids.begin(), l.input_ids.end(), [](int in) { return in < 0; });
+}
+
 double training_step_flops(const Model &m, int64_t width, int64_t height) {
     const auto shapes = m.shapes(width, height);
     double total = 0;
@@ -112,8 +119,7 @@ double training_step_flops(const Model &m, int64_t width, int64_t height) {
             f.forward *= px;
             f.input_grad *= px;
         }
-        const bool reads_image = m.layers[i].input_ids.size() == 1 && m.layers[i].input_ids[0] < 0;
-        total += f.forward + f.weight_grad + (reads_image ? 0 : f.input_grad);
+        total += f.forward + f.weight_grad + (reads_image(m, i) ? 0 : f.input_grad);
     }
     return total;
 }

@@ -35,6 +35,10 @@ struct LayerTraffic {
 };
 LayerTraffic layer_traffic(const Model &m, int i, int64_t out_w, int64_t out_h);
 
+// Whether layer i reads the image (its gradient there is the image's,
+// which training does not compute).
+bool reads_image(const Model &m, int i);
+
 // Useful FLOPs of one untiled training step on one width x height image:
 // every layer once forward and once backward (the image's gradient excluded).
 double training_step_flops(const Model &m, int64_t width, int64_t height);

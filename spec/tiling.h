@@ -3,6 +3,7 @@
 // windows are the executor's.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -45,5 +46,19 @@ TileWindows tile_windows(const Model &m, const SegmentSpec &seg, const TileRegio
                          const std::vector<Box<int64_t>> &whole);
 
 inline int64_t box_pixels(const Box<int64_t> &b) { return (b.x.hi - b.x.lo + 1) * (b.y.hi - b.y.lo + 1); }
+
+// Square tiles covering the same `tile_px` image pixels in every segment of
+// a size x size image (each segment's output tile is that divided by its
+// downsampling); 0: whole extents. The GPU check and the calibration run these.
+inline std::vector<TileSize> tiles_for(const Model &m, const SegmentLayout &layout, int64_t size, int64_t tile_px) {
+    const auto shapes = m.shapes(size, size);
+    std::vector<TileSize> t;
+    for (const auto &seg : layout.segments) {
+        const int64_t down = size / shapes[seg.outputs.back()].width;
+        const int64_t side = tile_px > 0 ? std::max<int64_t>(1, tile_px / down) : 0;
+        t.push_back({side, side});
+    }
+    return t;
+}
 
 }  // namespace segtile

@@ -2,6 +2,7 @@
 // fails with that cap in the message, plans round-trip through JSON, and
 // the executor's measured peak working memory running a plan stays under
 // the cap and within 10% of the prediction.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -235,7 +236,7 @@ TEST(TimeModel, LayerTrafficCountsInputAndOutput) {
 // Rates fitted to times that a known set of rates made are those rates;
 // a term the times do not use is left out (kUnusedRate), not made negative.
 TEST(TimeModel, FitRecoversTheRatesThatMadeTheTimes) {
-    const TimeRates truth{5e12, 4e11, 2e10, 40e-6};
+    const TimeRates truth{5e12, 4e11, 2e10, 40e-6, 3e9};
     Model m = load_model("darknet19");
     std::vector<TimeSample> samples;
     for (const char *cuts : {"pool2,pool3,pool4", "conv3,conv5,pool5"})
@@ -245,7 +246,7 @@ TEST(TimeModel, FitRecoversTheRatesThatMadeTheTimes) {
             const std::vector<int> c = parse_cuts(m, cuts);
             const Plan p = evaluate_plan(m, req, c, std::vector<TileSize>(c.size() + 1, TileSize{tile, tile}), nullptr);
             for (const auto &s : p.segments) {
-                TimeSample t{s.flops, s.elements, s.moved_bytes, (double)s.calls, 0};
+                TimeSample t = priced(s);
                 t.seconds = predicted_seconds(truth, t);
                 samples.push_back(t);
             }
@@ -256,14 +257,58 @@ TEST(TimeModel, FitRecoversTheRatesThatMadeTheTimes) {
     EXPECT_NEAR(fit.elements_per_second, truth.elements_per_second, 1e-6 * truth.elements_per_second);
     EXPECT_NEAR(fit.bytes_per_second, truth.bytes_per_second, 1e-6 * truth.bytes_per_second);
     EXPECT_NEAR(fit.seconds_per_tile, truth.seconds_per_tile, 1e-6 * truth.seconds_per_tile);
-    // Times of FLOPs and calls alone: no traffic or copy term.
+    EXPECT_NEAR(fit.weights_per_second, truth.weights_per_second, 1e-6 * truth.weights_per_second);
+    // Times of FLOPs and calls alone: no traffic, copy or weight term.
     for (auto &t : samples) t.seconds = t.flops / 3e12 + t.calls * 1e-4;
     const TimeRates two = fit_time_rates(samples);
     EXPECT_NEAR(two.flops_per_second, 3e12, 1e-6 * 3e12);
     EXPECT_NEAR(two.seconds_per_tile, 1e-4, 1e-10);
     EXPECT_EQ(two.elements_per_second, kUnusedRate);
     EXPECT_EQ(two.bytes_per_second, kUnusedRate);
+    EXPECT_EQ(two.weights_per_second, kUnusedRate);
     EXPECT_THROW(fit_time_rates({}), std::invalid_argument);
+}
+
+// Calibration times the executor's own segment passes: each sample is one
+// segment of a tiled run, priced by the planner for the same cuts and tiles
+// (its calls are twice the tiles the executor ran), and the rates fitted to
+// them predict what was measured. Before, untiled JIT steps were timed,
+// 3-11x slower than segment kernels.
+TEST(TimeModel, CalibrationTimesTheExecutorsTiledSegments) {
+    CalibrationCase c = calibration_cases().front();  // two 3x3 convs of 64 channels, cut between them
+    c.size = 64;
+    c.tiles = {0, 32, 16};
+    std::vector<std::string> lines;
+    const Calibration cal = calibrate_time_model({c}, 2, [&](const std::string &l) { lines.push_back(l); });
+    ASSERT_EQ(cal.samples.size(), 6u);  // 2 segments x 3 tilings
+    EXPECT_EQ(lines.size(), 4u);        // compiling, then a line per tiling
+    const int64_t tiles[] = {1, 4, 16};
+    for (size_t k = 0; k < cal.samples.size(); k++) {
+        const CalibrationSample &s = cal.samples[k];
+        SCOPED_TRACE(s.label);
+        EXPECT_EQ(s.tiles, tiles[k / 2]);
+        EXPECT_EQ(s.sample.calls, 2.0 * (double)s.tiles);  // forward and backward per tile
+        // Each backward call passes over its conv's weights and bias.
+        EXPECT_EQ(s.sample.weight_elements, (double)s.tiles * (64 * 64 * 9 + 64));
+        EXPECT_GT(s.sample.seconds, 0);
+        EXPECT_GT(s.sample.flops, 0);
+        // Each segment's 3x3 conv reads a 1-pixel halo around its tile:
+        // finer tiles copy more bytes per pass.
+        if (k >= 2) EXPECT_GT(s.sample.moved_bytes, cal.samples[k % 2].sample.moved_bytes);
+    }
+    const TimeRates &r = cal.rates;
+    for (double rate : {r.flops_per_second, r.elements_per_second, r.bytes_per_second}) EXPECT_GT(rate, 0);
+    EXPECT_GE(r.seconds_per_tile, 0);
+    EXPECT_GT(r.flops_per_second, 1e8);  // any machine that runs the tests does more than 0.1 GFLOP/s
+    double measured = 0, predicted = 0;
+    for (const auto &s : cal.samples) {
+        measured += s.sample.seconds;
+        predicted += predicted_seconds(r, s.sample);
+    }
+    // A least-squares fit of relative errors over six samples: the total
+    // lands near what was measured unless samples and prices disagree.
+    EXPECT_NEAR(predicted / measured, 1.0, 0.5);
+    EXPECT_THAT(calibration_report(cal), ::testing::HasSubstr("measured/predicted"));
 }
 
 // Darknet19's 1x1 segment (bn3, lrelu3, conv4 128->64) has a ninth of the
@@ -291,9 +336,9 @@ TEST(TimeModel, TrafficBoundSegmentsTakeLongerThanTheirFlops) {
     EXPECT_GT(b.seconds, a.seconds);
 }
 
-// Calibration files round-trip; one written before the traffic term keeps
-// the default ratio of the two rates.
-TEST(TimeModel, CalibrationFileRoundTripsAndOldFilesLoad) {
+// Calibration files round-trip; one written before planner version 8
+// (untiled steps timed) is not used.
+TEST(TimeModel, CalibrationFileRoundTripsAndOldFilesAreNotUsed) {
     // In a folder that does not exist yet (a fresh SEGTILE_HOME).
     const std::string dir = ::testing::TempDir() + "segtile_calibration_test";
     std::filesystem::remove_all(dir);
@@ -302,20 +347,23 @@ TEST(TimeModel, CalibrationFileRoundTripsAndOldFilesLoad) {
     r.flops_per_second = 123e9;
     r.elements_per_second = 2e9;
     r.seconds_per_tile = 7e-6;
+    r.weights_per_second = 5e7;
     save_time_rates(r, path);
     TimeRates q;
     ASSERT_TRUE(load_time_rates(q, path));
     EXPECT_EQ(q.flops_per_second, 123e9);
     EXPECT_EQ(q.elements_per_second, 2e9);
     EXPECT_EQ(q.seconds_per_tile, 7e-6);
+    EXPECT_EQ(q.weights_per_second, 5e7);
     {
+        // Written by the calibration before planner version 8 (untiled
+        // JIT steps, 3-11x too slow): not used.
         std::ofstream f(path);
-        f << "{\"flops_per_second\": 82e9, \"seconds_per_tile\": 1e-5}\n";
+        f << "{\"flops_per_second\": 12.9e9, \"elements_per_second\": 0.61e9, \"seconds_per_tile\": 1e-5}\n";
     }
     TimeRates old;
-    ASSERT_TRUE(load_time_rates(old, path));
-    EXPECT_EQ(old.flops_per_second, 82e9);
-    EXPECT_DOUBLE_EQ(old.elements_per_second, 82e9 * TimeRates{}.elements_per_second / TimeRates{}.flops_per_second);
+    EXPECT_FALSE(load_time_rates(old, path));
+    EXPECT_EQ(old.flops_per_second, TimeRates{}.flops_per_second);
     std::remove(path.c_str());
     TimeRates none;
     EXPECT_FALSE(load_time_rates(none, path));

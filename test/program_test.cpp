@@ -8,11 +8,15 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "autoscheduler/calibrate.h"
+#include "autoscheduler/gpu_schedule.h"
 #include "io/image_io.h"
 #include "io/weight_file.h"
 #include "test/io/temp_dir.h"
@@ -32,6 +36,23 @@ std::string slurp(const std::string &path) {
     std::ifstream in(path, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
+
+// Sets an environment variable (which the segtile processes inherit) for a scope.
+class ScopedEnv {
+public:
+    ScopedEnv(const char *name, const std::string &value) : name_(name) {
+        if (const char *old = std::getenv(name)) old_ = old;
+        setenv(name, value.c_str(), 1);
+    }
+    ~ScopedEnv() {
+        if (old_) setenv(name_, old_->c_str(), 1);
+        else unsetenv(name_);
+    }
+
+private:
+    const char *name_;
+    std::optional<std::string> old_;
+};
 
 class ProgramTest : public ::testing::Test {
 protected:
@@ -314,14 +335,25 @@ TEST_F(ProgramTest, PlanForAGpuCapsDeviceMemory) {
 }
 
 TEST_F(ProgramTest, PlanForAGpuPricesItAtGpuRates) {
-    // Not the CPU's calibration: the H200-fitted rates, and --calibrate
-    // (which measures the CPU) is refused with what to do.
+    // A CPU calibration saved in SEGTILE_HOME prices CPU plans only: a GPU
+    // plan keeps the H200-fitted rates until the GPU itself is calibrated,
+    // which needs a GPU here.
+    const std::string home = dir.file("home");
+    TimeRates cpu;
+    cpu.flops_per_second = 1e9;
+    save_time_rates(cpu, home + "/calibration.json");
+    ScopedEnv env("SEGTILE_HOME", home);
+    Result host = segtile("plan --model tiny_cnn --size 256x256 --estimate");
+    ASSERT_EQ(host.status, 0) << host.out << host.err;
+    EXPECT_THAT(host.out, HasSubstr("this machine's rates from " + home + "/calibration.json"));
     Result r = segtile("plan --model tiny_cnn --size 256x256 --target cuda --estimate");
     ASSERT_EQ(r.status, 0) << r.out << r.err;
     EXPECT_THAT(r.out, HasSubstr("rates fitted to an H200"));
+    if (cuda_device_usable()) GTEST_SKIP() << "a GPU is here: --calibrate --target cuda would time it";
     Result cal = segtile("plan --model tiny_cnn --size 256x256 --target cuda --estimate --calibrate");
     EXPECT_NE(cal.status, 0);
-    EXPECT_THAT(cal.err, HasSubstr("drop it with --target cuda"));
+    EXPECT_THAT(cal.err, HasSubstr("no usable CUDA device here"));
+    EXPECT_FALSE(fs::exists(home + "/calibration_cuda.json"));
 }
 
 TEST_F(BadInputTest, WeightsOfAnotherModelAreRefusedNamingTheTensor) {

@@ -19,7 +19,7 @@
 
 #include "autoscheduler/planner.h"
 #include "autoscheduler/rate_fit.h"
-#include "bench/gpu/gpu_tiles.h"
+#include "spec/tiling.h"
 #include "spec/model.h"
 
 using namespace segtile;
@@ -32,8 +32,6 @@ struct Run {
     double step_seconds = 0, head_seconds = 0;
     std::vector<TimeSample> segments;  // per segment: priced, measured kernel seconds
 };
-
-TimeSample priced(const SegmentPlan &s) { return {s.flops, s.elements, s.moved_bytes, (double)s.calls, 0}; }
 
 Run read_run(const std::string &file) {
     std::ifstream f(file);

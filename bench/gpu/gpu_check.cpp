@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/gpu/gpu_tiles.h"
+#include "spec/tiling.h"
 #include "runtime/executor.h"
 #include "darknet19_cuda.h"
 #include "vgg16_cuda.h"
