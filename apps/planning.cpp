@@ -39,8 +39,8 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
             throw ModelError("--calibrate --target cuda times kernels on this machine's GPU, and Halide finds no "
                              "usable CUDA device here: calibrate on the machine with the GPU, or drop --calibrate "
                              "(rates fitted to an H200's measured kernels, docs/gpu.md)");
-        std::cout << "calibrating the time model: timing the segment passes of two small models through the "
-                     "executor at several tile sizes"
+        std::cout << "calibrating the time model: timing the segment passes of four small models through the "
+                     "executor at 1 to 64 tiles a pass"
                   << (req.device ? " on the GPU" : "") << " (a minute or two)...\n"
                   << std::flush;
         const Calibration c = calibrate_time_model(

@@ -50,15 +50,15 @@ std::vector<CalibrationCase> calibration_cases(bool device) {
     // early layers: at 128^2 and 256^2 the fitted rates predicted Darknet19's
     // step at 1024^2 in 1.71 s for a measured 2.82. 1 to 64 tiles a pass:
     // the call overhead and halo copies grow while the work does not,
-    // which separates them from the two rates.
+    // which separates them from the FLOP and element rates.
     // The traffic model cut at every layer too: its batch norm and leaky
     // ReLU then run as passes of their own over memory, which the first
     // cut inlines into the conv. Without them the fit needed no copy term
     // (copies free), and the planner, so priced, cut Darknet19 at every
     // layer (60 segments at 1024^2: 4.02 s a step against 2.88).
-    // And a deep layer (as Darknet19's conv13 at 1024^2: 512 channels on
-    // 64^2 planes), where each weight gets few pixels: the weight
-    // gradient's passes over 9 MiB of weights per call weigh.
+    // And a deep layer (as Darknet19's convs on 64^2 planes at 1024^2:
+    // 256->512), where each weight gets few pixels: the weight gradient's
+    // passes over its 4.5 MiB of weights per call weigh.
     Model deep = ModelBuilder("calibration_deep", 256)
                      .conv2d("conv1", 512, 3)
                      .padding(1)

@@ -24,10 +24,12 @@ struct CalibrationCase {
     std::vector<int> tiles;  // image pixels per tile side (tiles_for); 0: whole extents
 };
 
-// Two cases, chosen to separate the rates: an arithmetic-bound pair of 3x3
-// convs of 64 channels (as VGG16's conv1_2) and a traffic-bound batch norm,
-// leaky ReLU, 1x1 conv 128->64 and max pool on planes past the L2 (as
-// Darknet19's bn3..conv4), each untiled and at tiles down to 64 calls a pass.
+// Four cases, chosen to separate the rates (on planes past the L3): two
+// 3x3 convs of 64 channels (as VGG16's conv1_2) cut between them; a batch
+// norm, leaky ReLU, 1x1 conv 128->64 and max pool (as Darknet19's
+// bn3..conv4) cut once, and cut at every layer (lone pointwise passes);
+// and a deep 3x3 conv 256->512 on 64^2 planes (weight passes). Each runs
+// untiled and at tiles down to 64 calls a pass (the deep one: 4).
 // `device`: the same at 4x the image side (a GPU's calls cost milliseconds;
 // small images would time nothing else).
 std::vector<CalibrationCase> calibration_cases(bool device = false);

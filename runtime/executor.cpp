@@ -172,6 +172,10 @@ SegmentedExecutor::SegmentedExecutor(const Model &m, SegmentLayout layout, Model
     image_gradient_ = has_arg(kernels_.head->signature(), "grad_in_image");
     for (size_t s = 0; s < S; s++)
         if (backward_needed_[s]) image_gradient_ = image_gradient_ || has_arg(kernels_.backward[s]->signature(), "grad_in_image");
+    // The host's copies and adds on every core: on the CPU path they run
+    // between kernel calls, while the cores are otherwise idle.
+    const int threads = std::min(16, (int)std::thread::hardware_concurrency());
+    if (threads > 1) host_threads_ = std::make_unique<HostThreads>(threads);
 }
 
 SegmentedExecutor::~SegmentedExecutor() = default;
@@ -180,8 +184,6 @@ void SegmentedExecutor::set_device(bool on, int64_t device_cap, bool overlap) {
     device_ = on;
     device_cap_ = device_cap;
     overlap_ = overlap;
-    const int threads = std::min(16, (int)std::thread::hardware_concurrency());
-    host_threads_ = on && threads > 1 ? std::make_unique<HostThreads>(threads) : nullptr;
 }
 
 void SegmentedExecutor::allocate_store(int64_t width, int64_t height) {

@@ -79,7 +79,7 @@ public:
     // `overlap`: the host makes the next tile's windows and adds the last
     // tile's gradients while the GPU runs a call (off: one tile at a time,
     // to measure what the overlap gains).
-    // On, the host's copies and adds also run on all cores (HostThreads).
+    // The host's copies and adds run on all cores (HostThreads), as on the CPU path.
     void set_device(bool on, int64_t device_cap = 0, bool overlap = true);
     // Reports every segment, tile and kernel call to `hook` (empty: none).
     void set_trace(ExecutorTraceHook hook) { trace_ = std::move(hook); }
@@ -123,7 +123,7 @@ private:
     bool device_ = false;
     int64_t device_cap_ = 0;
     bool overlap_ = true;
-    std::unique_ptr<HostThreads> host_threads_;  // the device path's; null on the CPU path
+    std::unique_ptr<HostThreads> host_threads_;  // window copies and gradient adds; null on one core
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
     ExecutorTraceHook trace_;
     void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,

@@ -1,9 +1,9 @@
-// A few host threads for the executor's own copies and adds on the device
-// path, where the CPU is otherwise idle while the GPU runs: at 20480^2 a
+// A few host threads for the executor's own copies and adds: on the device
+// path, where the CPU is otherwise idle while the GPU runs (at 20480^2 a
 // Darknet19 step spent more time in one host thread's window copies and
-// gradient adds than the GPU spent in kernels (docs/gpu.md). Workers sleep
-// on a condition variable between calls, so they take nothing from
-// Halide's own thread pool.
+// gradient adds than the GPU spent in kernels, docs/gpu.md), and on the CPU
+// path between kernel calls. Workers sleep on a condition variable between
+// calls, so they take nothing from Halide's own thread pool.
 #pragma once
 
 #include <condition_variable>

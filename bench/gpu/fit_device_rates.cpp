@@ -79,8 +79,9 @@ int main(int argc, char **argv) {
         const TimeRates r = fit_time_rates(samples);
         std::printf("fitted to %zu segments of %zu runs:\n", samples.size(), runs.size());
         std::printf("  flops_per_second    %.4g\n  elements_per_second %.4g\n  bytes_per_second    %.4g\n"
-                    "  seconds_per_tile    %.4g\n",
-                    r.flops_per_second, r.elements_per_second, r.bytes_per_second, r.seconds_per_tile);
+                    "  seconds_per_tile    %.4g\n  weights_per_second  %.4g\n",
+                    r.flops_per_second, r.elements_per_second, r.bytes_per_second, r.seconds_per_tile,
+                    r.weights_per_second);
         std::printf("%-34s %9s %9s %9s %9s %s\n", "run", "kernels", "predicted", "head", "step", "segments (measured/predicted)");
         for (const auto &run : runs) {
             double measured = 0, predicted = 0;
