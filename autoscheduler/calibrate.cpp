@@ -154,7 +154,9 @@ Calibration calibrate_time_model(const std::vector<CalibrationCase> &cases, int 
                 cs.sample.seconds = seconds[s];
                 cal.samples.push_back(cs);
                 samples.push_back(cs.sample);
-                line << " segment " << s << " " << cs.tiles << " tiles " << seconds[s] * 1e3 << " ms;";
+                char ms[32];
+                std::snprintf(ms, sizeof ms, "%.1f", seconds[s] * 1e3);
+                line << " segment " << s << " " << cs.tiles << " tiles " << ms << " ms;";
             }
             if (progress) progress(line.str());
         }
