@@ -120,7 +120,6 @@ std::vector<double> segment_seconds(SegmentedExecutor &exec, const Model &m, int
 Calibration calibrate_time_model(const std::vector<CalibrationCase> &cases, int steps,
                                  const std::function<void(const std::string &)> &progress, bool device) {
     Calibration cal;
-    std::vector<TimeSample> samples;
     for (const CalibrationCase &c : cases) {
         const Model &m = c.model;
         const std::vector<int> cuts = parse_cuts(m, c.cuts);
@@ -153,7 +152,6 @@ Calibration calibrate_time_model(const std::vector<CalibrationCase> &cases, int 
                 cs.sample = priced(p);
                 cs.sample.seconds = seconds[s];
                 cal.samples.push_back(cs);
-                samples.push_back(cs.sample);
                 char ms[32];
                 std::snprintf(ms, sizeof ms, "%.1f", seconds[s] * 1e3);
                 line << " segment " << s << " " << cs.tiles << " tiles " << ms << " ms;";
@@ -161,6 +159,8 @@ Calibration calibrate_time_model(const std::vector<CalibrationCase> &cases, int 
             if (progress) progress(line.str());
         }
     }
+    std::vector<TimeSample> samples;
+    for (const auto &s : cal.samples) samples.push_back(s.sample);
     cal.rates = fit_time_rates(samples);
     return cal;
 }

@@ -27,18 +27,6 @@ private:
     Kernel *k_;
 };
 
-}  // namespace
-
-ModelKernels share_kernels(const std::shared_ptr<ModelKernels> &k) {
-    ModelKernels s;
-    for (auto &f : k->forward) s.forward.push_back(std::make_unique<SharedKernel>(k, f.get()));
-    for (auto &b : k->backward) s.backward.push_back(std::make_unique<SharedKernel>(k, b.get()));
-    s.head = std::make_unique<SharedKernel>(k, k->head.get());
-    return s;
-}
-
-namespace {
-
 using Buffer = Halide::Runtime::Buffer<>;
 
 // dst(x0 + x, y0 + y, c, 0) += src(x, y, c, 0) for channels c0..c1-1:
@@ -154,6 +142,14 @@ Buffer batch_item(const Buffer &b, int n) {
 }
 
 }  // namespace
+
+ModelKernels share_kernels(const std::shared_ptr<ModelKernels> &k) {
+    ModelKernels s;
+    for (auto &f : k->forward) s.forward.push_back(std::make_unique<SharedKernel>(k, f.get()));
+    for (auto &b : k->backward) s.backward.push_back(std::make_unique<SharedKernel>(k, b.get()));
+    s.head = std::make_unique<SharedKernel>(k, k->head.get());
+    return s;
+}
 
 SegmentedExecutor::SegmentedExecutor(const Model &m, SegmentLayout layout, ModelKernels kernels,
                                      std::vector<TileSize> tiles, MemoryLedger *ledger, halide_type_t type,
