@@ -13,6 +13,7 @@
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/gpu_schedule.h"
 #include "io/atomic_file.h"
+#include "runtime/host_threads.h"
 
 #include "generators/jit_kernel.h"
 #include "tiny_cnn_step.h"
@@ -199,6 +200,10 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
     auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share_kernels(kernels_for(cuts)), tiles, ledger_,
                                                     halide_type_of<float>(), opt_.checkpoint_dir);
     exec->set_trace(trace_);
+    // One pool of host threads for every size: an executor per size, each
+    // with its own, left a thread per core asleep per size a dataset holds.
+    if (!host_threads_) host_threads_ = HostThreads::for_this_machine();
+    exec->set_host_threads(host_threads_);
     // On a GPU the planned cap is the device's, and the executor enforces it.
     if (device()) {
         int64_t cap = 0;

@@ -65,6 +65,7 @@ private:
     std::map<std::pair<int64_t, int64_t>, Plan> plans_;
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SegmentedExecutor>> executors_;
     ExecutorTraceHook trace_;
+    std::shared_ptr<HostThreads> host_threads_;  // shared by the executors (they run one at a time)
 };
 
 // "64x64" -> {64, 64}; throws std::invalid_argument naming `what`.

@@ -136,24 +136,30 @@ public:
             return e;  // finer than a secondary output: not a candidate
         }
         const size_t nx = r.x[0].size(), ny = r.y[0].size();
-        KernelMemory &km = use_exact && exact_ ? *exact_ : analytic_;
+        KernelMemory *exact = use_exact ? exact_ : nullptr;
         const double scale = use_exact ? 1.0 : ratio(a, b);
+        // A kernel's peak at tile c: the exact model evaluates the call the
+        // executor makes; the analytic one needs the windows alone.
+        auto peak = [&](KernelKind kind, const TileWindows &c) -> int64_t {
+            if (!exact) return (int64_t)(scale * (double)analytic_.peak(seg, kind, c));
+            KernelCall call = tile_kernel_call(m_, layout, kind, s, c, shapes_, req_.width, req_.height);
+            call.threads = req_.threads;
+            return exact->peak(layout, kind, s, call);
+        };
         // The largest call: edge tiles are clipped by the image and partial
         // tiles are smaller, so the worst is among the first, second and last
-        // tile along each axis.
+        // tile along each axis (fewer where there are fewer tiles).
+        const std::set<size_t> xs{0, std::min<size_t>(1, nx - 1), nx - 1}, ys{0, std::min<size_t>(1, ny - 1), ny - 1};
         int64_t fk = 0, bk = 0, worst_windows = -1;
         TileWindows w;
-        for (size_t tx : {size_t(0), std::min<size_t>(1, nx - 1), nx - 1})
-            for (size_t ty : {size_t(0), std::min<size_t>(1, ny - 1), ny - 1}) {
+        for (size_t tx : xs)
+            for (size_t ty : ys) {
                 TileWindows c = tile_windows(m_, seg, r, tx, ty, whole_);
-                KernelCall fc = tile_kernel_call(m_, layout, KernelKind::Forward, s, c, shapes_, req_.width, req_.height);
-                KernelCall bc = tile_kernel_call(m_, layout, KernelKind::Backward, s, c, shapes_, req_.width, req_.height);
-                fc.threads = bc.threads = req_.threads;
-                const int64_t f_here = (int64_t)(scale * (double)km.peak(layout, KernelKind::Forward, s, fc));
+                const int64_t f_here = peak(KernelKind::Forward, c);
                 if (!backward && f_here >= fk) w = c;
                 fk = std::max(fk, f_here);
                 if (!backward) continue;
-                const int64_t b_here = (int64_t)(scale * (double)km.peak(layout, KernelKind::Backward, s, bc));
+                const int64_t b_here = peak(KernelKind::Backward, c);
                 int64_t windows = 0;
                 for (int t : graded) windows += box_pixels(*c.need[t]) * channels_of(m_, t);
                 if (b_here + windows * req_.type_bytes > bk + std::max<int64_t>(worst_windows, 0) * req_.type_bytes) {
@@ -600,19 +606,22 @@ int64_t AnalyticKernelMemory::peak(const SegmentLayout &layout, KernelKind kind,
         return 2 * bytes;
     }
     const SegmentSpec &seg = layout.segments.at(segment);
-    const int first = seg.first, last = seg.last;
     const auto shapes = model_.shapes_unchecked(call.scalars.at("image_width"), call.scalars.at("image_height"));
-    std::vector<std::pair<int, Box<int64_t>>> targets;
+    TileWindows w;
     for (int o : seg.outputs) {
         const std::string p = "tile_" + tensor_name(model_, o) + "_";
-        targets.push_back({o, {{call.scalars.at(p + "x_min"), call.scalars.at(p + "x_max")},
-                               {call.scalars.at(p + "y_min"), call.scalars.at(p + "y_max")}}});
+        w.targets.push_back({o, {{call.scalars.at(p + "x_min"), call.scalars.at(p + "x_max")},
+                                 {call.scalars.at(p + "y_min"), call.scalars.at(p + "y_max")}}});
     }
-    int64_t bytes = 0;
     const auto whole = whole_boxes(model_, shapes, call.scalars.at("image_width"), call.scalars.at("image_height"));
-    const auto need = required_boxes<int64_t, IntOps>(model_, first, last, targets, whole);
-    for (int l = first; l <= last; l++)
-        if (need[l]) bytes += box_pixels(*need[l]) * model_.layers[l].channels * type_bytes_;
+    w.need = required_boxes<int64_t, IntOps>(model_, seg.first, seg.last, w.targets, whole);
+    return peak(seg, kind, w);
+}
+
+int64_t AnalyticKernelMemory::peak(const SegmentSpec &seg, KernelKind kind, const TileWindows &w) const {
+    int64_t bytes = 0;
+    for (int l = seg.first; l <= seg.last; l++)
+        if (w.need.at(l)) bytes += box_pixels(*w.need[l]) * model_.layers[l].channels * type_bytes_;
     return kind == KernelKind::Backward ? 2 * bytes : bytes;
 }
 

@@ -147,6 +147,10 @@ public:
 class AnalyticKernelMemory : public KernelMemory {
 public:
     int64_t peak(const SegmentLayout &layout, KernelKind kind, int segment, const KernelCall &call) override;
+    // The same from the tile's windows (what the call's scalars say), for
+    // the search: building every candidate's KernelCall (names, maps) took
+    // most of a plan's time (Darknet19 at 1024^2: 22 s).
+    int64_t peak(const SegmentSpec &seg, KernelKind kind, const TileWindows &w) const;
     explicit AnalyticKernelMemory(const Model &m, int type_bytes) : model_(m), type_bytes_(type_bytes) {}
 
 private:

@@ -168,10 +168,22 @@ SegmentedExecutor::SegmentedExecutor(const Model &m, SegmentLayout layout, Model
     image_gradient_ = has_arg(kernels_.head->signature(), "grad_in_image");
     for (size_t s = 0; s < S; s++)
         if (backward_needed_[s]) image_gradient_ = image_gradient_ || has_arg(kernels_.backward[s]->signature(), "grad_in_image");
-    // The host's copies and adds on every core: on the CPU path they run
-    // between kernel calls, while the cores are otherwise idle.
-    const int threads = std::min(16, (int)std::thread::hardware_concurrency());
-    if (threads > 1) host_threads_ = std::make_unique<HostThreads>(threads);
+}
+
+// The host's copies and adds on every core: on the CPU path they run
+// between kernel calls, while the cores are otherwise idle. Started on
+// first use unless shared (set_host_threads).
+HostThreads *SegmentedExecutor::host_threads() {
+    if (!host_threads_started_) {
+        host_threads_ = HostThreads::for_this_machine();
+        host_threads_started_ = true;
+    }
+    return host_threads_.get();
+}
+
+void SegmentedExecutor::set_host_threads(std::shared_ptr<HostThreads> threads) {
+    host_threads_ = std::move(threads);
+    host_threads_started_ = true;
 }
 
 SegmentedExecutor::~SegmentedExecutor() = default;
@@ -296,7 +308,7 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
         Buffer dense = c.staging.back().view();
         dense.translate({(int)r.x.lo, (int)r.y.lo});
         if (output) c.copy_back.emplace_back(dense, w);
-        else copy_window(dense, w, host_threads_.get());
+        else copy_window(dense, w, host_threads());
         return dense;
     };
     for (const auto &[o, box] : c.win.targets) {
@@ -346,14 +358,14 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
 void SegmentedExecutor::collect_tile(SegmentRun &run, TileCall &c) {
     const auto wait_start = std::chrono::steady_clock::now();
     if (device_) sync_to_host(c.views);
-    for (auto &[dense, window] : c.copy_back) copy_window(window, dense, host_threads_.get());
+    for (auto &[dense, window] : c.copy_back) copy_window(window, dense, host_threads());
     if (trace_ && device_) report(kernel_event(run), "kernel", wait_start);
 }
 
 // The tile's gradients into the store and the parameters' gradients.
 void SegmentedExecutor::finish_tile(SegmentRun &run, TileCall &c, ParamStore &params) {
     if (run.backward) {
-        HostThreads *threads = host_threads_.get();
+        HostThreads *threads = host_threads();
         for (auto &[t, g] : c.grad_windows)
             add_window(grads_[t], g, c.win.need[t]->x.lo, c.win.need[t]->y.lo, threads);
         for (size_t p = 0; p < run.specs.size(); p++)

@@ -81,6 +81,11 @@ public:
     // to measure what the overlap gains).
     // The host's copies and adds run on all cores (HostThreads), as on the CPU path.
     void set_device(bool on, int64_t device_cap = 0, bool overlap = true);
+    // The pool for the host's copies and adds (null: the caller alone),
+    // shared with other executors that do not run at the same time as this
+    // one; by default each executor starts its own on first use.
+    void set_host_threads(std::shared_ptr<HostThreads> threads);
+    const std::shared_ptr<HostThreads> &host_thread_pool() { host_threads(); return host_threads_; }
     // Reports every segment, tile and kernel call to `hook` (empty: none).
     void set_trace(ExecutorTraceHook hook) { trace_ = std::move(hook); }
 
@@ -123,7 +128,9 @@ private:
     bool device_ = false;
     int64_t device_cap_ = 0;
     bool overlap_ = true;
-    std::unique_ptr<HostThreads> host_threads_;  // window copies and gradient adds; null on one core
+    std::shared_ptr<HostThreads> host_threads_;  // window copies and gradient adds; null on one core
+    bool host_threads_started_ = false;
+    HostThreads *host_threads();
     std::vector<Halide::Runtime::Buffer<>> device_params_;  // per parameter, during one device segment
     ExecutorTraceHook trace_;
     void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,

@@ -1,6 +1,13 @@
 #include "runtime/host_threads.h"
 
+#include <algorithm>
+
 namespace segtile {
+
+std::shared_ptr<HostThreads> HostThreads::for_this_machine() {
+    const int threads = std::min(16, (int)std::thread::hardware_concurrency());
+    return threads > 1 ? std::make_shared<HostThreads>(threads) : nullptr;
+}
 
 HostThreads::HostThreads(int threads) {
     for (int t = 1; t < threads; t++) workers_.emplace_back([this] {
@@ -46,6 +53,7 @@ void HostThreads::parallel_for(int64_t n, const std::function<void(int64_t)> &fn
         for (int64_t i = 0; i < n; i++) fn(i);
         return;
     }
+    std::lock_guard<std::mutex> one_call(caller_);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         fn_ = &fn;

@@ -1,6 +1,7 @@
 // HostThreads: every index once per call, however many threads and calls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -37,4 +38,32 @@ TEST(HostThreads, WorkSpreadsOverTheThreads) {
         --running;
     });
     EXPECT_EQ(peak.load(), 2);
+}
+
+TEST(HostThreads, CallersOnSeveralThreadsEachGetEveryIndexOnce) {
+    // Executors sharing one pool (ExecutorCache) may call it from several
+    // threads: each call must still run its own indices, once each.
+    HostThreads pool(3);
+    constexpr int kCallers = 4, kCalls = 50, kN = 257;
+    std::vector<std::vector<std::atomic<int>>> hits(kCallers);
+    for (auto &h : hits) h = std::vector<std::atomic<int>>(kN);
+    std::vector<std::thread> callers;
+    for (int c = 0; c < kCallers; c++)
+        callers.emplace_back([&, c] {
+            for (int call = 0; call < kCalls; call++) pool.parallel_for(kN, [&](int64_t i) { hits[c][i]++; });
+        });
+    for (auto &t : callers) t.join();
+    for (int c = 0; c < kCallers; c++)
+        for (int i = 0; i < kN; i++) ASSERT_EQ(hits[c][i].load(), kCalls) << "caller " << c << ", index " << i;
+}
+
+TEST(HostThreads, ForThisMachineUsesEveryCoreUpTo16) {
+    const auto pool = HostThreads::for_this_machine();
+    const int cores = std::min(16, (int)std::thread::hardware_concurrency());
+    if (cores <= 1) {
+        EXPECT_EQ(pool, nullptr);
+        return;
+    }
+    ASSERT_NE(pool, nullptr);
+    EXPECT_EQ(pool->threads(), cores);
 }

@@ -148,6 +148,36 @@ TEST(Planner, CapBelowSmallestFeasibleNamesIt) {
     }
 }
 
+// The search prices the analytic memory from a tile's windows; a kernel
+// call carries the same windows as scalars. Both must agree for every
+// tile of every segment (edge and interior tiles, forward and backward).
+TEST(Planner, AnalyticPeakFromWindowsEqualsTheCallsPeak) {
+    Model m = load_model("darknet19");
+    const int64_t W = 328, H = 200;  // not multiples of the tiles: partial edge tiles
+    const auto shapes = m.shapes(W, H);
+    const auto whole = whole_boxes(m, shapes, W, H);
+    AnalyticKernelMemory analytic(m, 4);
+    const SegmentLayout layout = make_segments(m, parse_cuts(m, "conv3,conv8,conv13"), false);
+    int compared = 0;
+    for (int s = 0; s < (int)layout.segments.size(); s++)
+        for (int64_t t : {16, 48}) {
+            const TileRegions r = tile_regions(m, layout.segments[s], shapes, TileSize{t, t});
+            for (size_t tx = 0; tx < r.x[0].size(); tx++)
+                for (size_t ty = 0; ty < r.y[0].size(); ty++) {
+                    const TileWindows w = tile_windows(m, layout.segments[s], r, tx, ty, whole);
+                    for (KernelKind kind : {KernelKind::Forward, KernelKind::Backward}) {
+                        const KernelCall call = tile_kernel_call(m, layout, kind, s, w, shapes, W, H);
+                        const int64_t from_windows = analytic.peak(layout.segments[s], kind, w);
+                        ASSERT_GT(from_windows, 0);
+                        ASSERT_EQ(analytic.peak(layout, kind, s, call), from_windows)
+                            << "segment " << s << " tile " << t << " at " << tx << "," << ty;
+                        compared++;
+                    }
+                }
+        }
+    EXPECT_GE(compared, 80);  // 40 tiles, forward and backward
+}
+
 // Planning reports each kernel it lowers (seconds each, dozens for deep
 // models), once: a second plan reuses the lowered kernels silently.
 TEST(Planner, ReportsEachLoweredKernelOnce) {
