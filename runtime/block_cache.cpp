@@ -1,7 +1,6 @@
 #include "runtime/block_cache.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace segtile {
 
@@ -20,6 +19,18 @@ void *BlockCache::take(size_t bytes, size_t &capacity) {
     return base;
 }
 
+void *BlockCache::take_oldest(size_t &capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto oldest = std::min_element(blocks_.begin(), blocks_.end(),
+                                   [](const Block &a, const Block &b) { return a.stamp < b.stamp; });
+    if (oldest == blocks_.end()) return nullptr;
+    void *base = oldest->base;
+    capacity = oldest->capacity;
+    bytes_ -= capacity;
+    blocks_.erase(oldest);
+    return base;
+}
+
 void BlockCache::put(void *base, size_t capacity) {
     std::lock_guard<std::mutex> lock(mu_);
     blocks_.push_back({base, capacity, next_stamp_++});
@@ -31,7 +42,7 @@ size_t BlockCache::evict(size_t bytes) {
     std::sort(blocks_.begin(), blocks_.end(), [](const Block &a, const Block &b) { return a.stamp > b.stamp; });
     size_t freed = 0;
     while (freed < bytes && !blocks_.empty()) {
-        std::free(blocks_.back().base);
+        release_(blocks_.back().base, blocks_.back().capacity);
         freed += blocks_.back().capacity;
         blocks_.pop_back();
     }

@@ -24,7 +24,9 @@ public:
     // Blocks below this go back to malloc: glibc reuses them without faults.
     static constexpr size_t kMinBytes = size_t(128) << 10;
 
-    BlockCache() = default;
+    // How a block leaves the cache for good (the owner's allocator).
+    using Release = void (*)(void *base, size_t capacity);
+    explicit BlockCache(Release release) : release_(release) {}
     BlockCache(const BlockCache &) = delete;
     BlockCache &operator=(const BlockCache &) = delete;
     ~BlockCache() { release_all(); }
@@ -32,7 +34,10 @@ public:
     // A cached block of capacity in [bytes, bytes + bytes / 8] (the smallest
     // such), removed from the cache, or null. Sets `capacity`.
     void *take(size_t bytes, size_t &capacity);
-    // Keeps `base` (std::free-able, `capacity` bytes) for a later take.
+    // The least recently cached block (the next evict() would free it),
+    // removed from the cache, or null: for the owner to resize rather than free.
+    void *take_oldest(size_t &capacity);
+    // Keeps `base` (`capacity` bytes, given back with `release`) for a later take.
     void put(void *base, size_t capacity);
     // Frees the least recently cached blocks until at least `bytes` are
     // freed or none is left; returns the bytes freed.
@@ -46,6 +51,7 @@ private:
         size_t capacity;
         uint64_t stamp;  // order of put: evict the oldest first
     };
+    Release release_;
     mutable std::mutex mu_;
     std::vector<Block> blocks_;
     size_t bytes_ = 0;

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "runtime/device_memory.h"
+#include "runtime/mapped_block.h"
 
 
 namespace segtile {
@@ -93,14 +94,29 @@ void *finish(void *base, Header h) {
 }
 }  // namespace
 
+// Cached blocks are mapped (runtime/mapped_block.h): header and payload.
+void MemoryLedger::release_block(void *base, size_t capacity) { unmap_block(base, kAlign + capacity); }
+
 void *MemoryLedger::cached_malloc(size_t bytes, size_t payload, bool halide) {
     size_t capacity = 0;
     if (void *base = cache_.take(payload, capacity)) {
         if (halide) halide_.add((int64_t)bytes);  // working memory held already
         return finish(base, {capacity, bytes, true, halide});
     }
-    make_room(payload);  // a miss: older blocks go first
-    void *base = system_alloc(kAlign + payload);
+    // A miss. Where the new block would raise the peak, cached blocks are
+    // evicted, oldest first; the oldest is resized to fit instead, keeping
+    // its pages (a fresh block is faulted in and zeroed page by page).
+    // Resizing the nearest in size on every miss instead emptied the cache
+    // faster than it saved pages (Darknet19 at 1024^2: 285 misses a step
+    // instead of 175).
+    size_t old = 0;
+    void *reused = nullptr;
+    if (working_.current.load() + (int64_t)payload > working_.peak.load()) reused = cache_.take_oldest(old);
+    if (reused) freed(old);
+    make_room(payload);
+    void *base = reused ? resize_block(reused, kAlign + old, kAlign + payload) : nullptr;
+    if (reused && !base) unmap_block(reused, kAlign + old);
+    if (!base) base = map_block(kAlign + payload);
     if (!base) return nullptr;
     allocated(payload);
     if (halide) halide_.add((int64_t)bytes);
@@ -125,6 +141,10 @@ void MemoryLedger::block_free(MemoryLedger *ledger, void *ptr) {
     if (ledger && h.cached) {
         if (h.halide) ledger->halide_.add(-(int64_t)h.asked);  // no longer Halide's, still held
         ledger->cache_.put(base, h.counted);
+        return;
+    }
+    if (h.cached) {  // freed without its ledger: mapped all the same
+        release_block(base, h.counted);
         return;
     }
     if (ledger && h.halide) ledger->halide_freed(h.counted);

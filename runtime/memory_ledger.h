@@ -80,8 +80,10 @@ private:
     // raise the peak where the cache alone would have.
     void make_room(size_t bytes);
 
+    static void release_block(void *base, size_t capacity);  // a cached block, for good
+
     Counter working_, checkpoint_, data_, device_, halide_;
-    BlockCache cache_;
+    BlockCache cache_{&MemoryLedger::release_block};
 };
 
 // The process's resident-set high-water mark (VmHWM), in bytes.

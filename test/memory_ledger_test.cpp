@@ -3,7 +3,9 @@
 // live blocks alone reached.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "runtime/memory_ledger.h"
 
@@ -27,17 +29,39 @@ TEST(MemoryLedger, ReusesAFreedBlockOfTheSameSize) {
     MemoryLedger::halide_free(&ledger, b);
 }
 
-TEST(MemoryLedger, AMuchSmallerRequestDoesNotTakeABigBlock) {
+TEST(MemoryLedger, AMuchSmallerRequestDoesNotTakeABigBlockWhole) {
     MemoryLedger ledger;
     void *a = MemoryLedger::halide_malloc(&ledger, 4 * kBig);
     MemoryLedger::halide_free(&ledger, a);
     void *b = MemoryLedger::halide_malloc(&ledger, kBig);
-    EXPECT_NE(a, b);
-    // The 4 MiB block was evicted first: the peak did not rise above 4 MiB.
+    // The 4 MiB block was resized to 1 MiB (below): the peak did not rise
+    // above 4 MiB, and only 1 MiB is held.
     EXPECT_EQ(ledger.peak(), (int64_t)(4 * kBig));
     EXPECT_EQ(ledger.cached(), 0);
     EXPECT_EQ(ledger.current(), (int64_t)kBig);
     MemoryLedger::halide_free(&ledger, b);
+}
+
+// A miss that would raise the peak resizes the oldest cached block instead
+// of evicting it and mapping a fresh one: its pages (and so its contents,
+// up to the smaller size) are kept. Fresh pages would read as zeros.
+TEST(MemoryLedger, AMissThatWouldRaiseThePeakResizesTheOldestBlock) {
+    for (const auto &[from, to] : {std::pair<size_t, size_t>{4 * kBig, kBig}, {kBig, 3 * kBig}, {6 * kBig, 12 * kBig}}) {
+        MemoryLedger ledger;
+        auto *a = static_cast<unsigned char *>(MemoryLedger::halide_malloc(&ledger, from));
+        std::memset(a, 7, from);
+        MemoryLedger::halide_free(&ledger, a);
+        auto *b = static_cast<unsigned char *>(MemoryLedger::halide_malloc(&ledger, to));
+        const size_t kept = std::min(from, to);
+        size_t sevens = 0;
+        for (size_t i = 0; i < kept; i++) sevens += b[i] == 7;
+        EXPECT_EQ(sevens, kept) << from << " -> " << to << " bytes";
+        std::memset(b, 1, to);  // the whole new size is writable
+        EXPECT_EQ(ledger.cached(), 0);
+        EXPECT_EQ(ledger.current(), (int64_t)to) << "held: the resized block alone";
+        EXPECT_EQ(ledger.peak(), (int64_t)std::max(from, to));
+        MemoryLedger::halide_free(&ledger, b);
+    }
 }
 
 TEST(MemoryLedger, TheCacheNeverRaisesThePeak) {
