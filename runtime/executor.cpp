@@ -323,8 +323,10 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
         if (std::count(run.graded.begin(), run.graded.end(), t)) {
             const int64_t channels = t == L ? model_.input_channels : shapes_[t].channels;
             const std::vector<int64_t> dims{w.x.hi - w.x.lo + 1, w.y.hi - w.y.lo + 1, channels, 1};
+            // The kernel writes the window whole: not zeroed first (a pass
+            // over it per tile, 64 MiB for Darknet19's bn2..conv3 at 1024^2).
             c.grad_windows.emplace_back(t, device_ ? take_spare(run, dims)
-                                                   : Tensor(dims, ledger_, MemoryLedger::Kind::Working, type_));
+                                                   : Tensor(dims, ledger_, MemoryLedger::Kind::Working, type_, false));
             Buffer g = c.grad_windows.back().second.view();
             g.translate({(int)w.x.lo, (int)w.y.lo});
             c.views.push_back(g);

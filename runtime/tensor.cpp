@@ -18,14 +18,14 @@ int64_t product(const std::vector<int64_t> &d) {
 }
 }  // namespace
 
-Tensor::Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind, halide_type_t type)
+Tensor::Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind, halide_type_t type, bool zero)
     : dims_(std::move(dims)), numel_(product(dims_)), type_(type), ledger_(ledger), kind_(kind) {
     if (ledger && kind == MemoryLedger::Kind::Working) {
         // From the ledger's block cache (it counts the bytes): tile windows
         // come and go once per tile, and fresh pages fault in one by one.
         void *p = MemoryLedger::working_malloc(ledger, (size_t)bytes());
         if (!p) throw std::bad_alloc();
-        std::memset(p, 0, (size_t)bytes());
+        if (zero) std::memset(p, 0, (size_t)bytes());
         data_ = p;
         free_ = [ledger, p] { MemoryLedger::working_free(ledger, p); };
         return;

@@ -19,8 +19,10 @@ namespace segtile {
 class Tensor {
 public:
     Tensor() = default;
+    // Zeroed, but for working tensors with `zero` false: a kernel output
+    // written whole before it is read (a tile's gradient window).
     Tensor(std::vector<int64_t> dims, MemoryLedger *ledger, MemoryLedger::Kind kind = MemoryLedger::Kind::Working,
-           halide_type_t type = halide_type_of<float>());
+           halide_type_t type = halide_type_of<float>(), bool zero = true);
     // Backed by a new file in `dir` (removed when the tensor dies); zeroed.
     static Tensor mapped(std::vector<int64_t> dims, const std::string &dir, MemoryLedger *ledger,
                          halide_type_t type = halide_type_of<float>());
