@@ -11,23 +11,22 @@ void *BlockCache::take(size_t bytes, size_t &capacity) {
         if (it->capacity >= bytes && it->capacity - bytes <= bytes / 8 &&
             (best == blocks_.end() || it->capacity < best->capacity))
             best = it;
-    if (best == blocks_.end()) return nullptr;
-    void *base = best->base;
-    capacity = best->capacity;
-    bytes_ -= capacity;
-    blocks_.erase(best);
-    return base;
+    return remove(best, capacity);
 }
 
 void *BlockCache::take_oldest(size_t &capacity) {
     std::lock_guard<std::mutex> lock(mu_);
     auto oldest = std::min_element(blocks_.begin(), blocks_.end(),
                                    [](const Block &a, const Block &b) { return a.stamp < b.stamp; });
-    if (oldest == blocks_.end()) return nullptr;
-    void *base = oldest->base;
-    capacity = oldest->capacity;
+    return remove(oldest, capacity);
+}
+
+void *BlockCache::remove(std::vector<Block>::iterator it, size_t &capacity) {
+    if (it == blocks_.end()) return nullptr;
+    void *base = it->base;
+    capacity = it->capacity;
     bytes_ -= capacity;
-    blocks_.erase(oldest);
+    blocks_.erase(it);
     return base;
 }
 

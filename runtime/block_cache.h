@@ -51,6 +51,9 @@ private:
         size_t capacity;
         uint64_t stamp;  // order of put: evict the oldest first
     };
+    // Takes `it` (or nothing at end()) out of the cache; the caller holds mu_.
+    void *remove(std::vector<Block>::iterator it, size_t &capacity);
+
     Release release_;
     mutable std::mutex mu_;
     std::vector<Block> blocks_;

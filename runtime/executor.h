@@ -85,7 +85,6 @@ public:
     // shared with other executors that do not run at the same time as this
     // one; by default each executor starts its own on first use.
     void set_host_threads(std::shared_ptr<HostThreads> threads);
-    const std::shared_ptr<HostThreads> &host_thread_pool() { host_threads(); return host_threads_; }
     // Reports every segment, tile and kernel call to `hook` (empty: none).
     void set_trace(ExecutorTraceHook hook) { trace_ = std::move(hook); }
 
