@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <deque>
 #include <stdexcept>
-#include <thread>
 
 #include "runtime/device_memory.h"
 #include "runtime/host_threads.h"

@@ -8,8 +8,6 @@ namespace segtile {
 
 namespace {
 constexpr size_t kPage = size_t(4) << 10;
-constexpr size_t kHugePage = size_t(2) << 20;
-constexpr size_t kHugeFrom = size_t(4) << 20;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 size_t alignment(size_t bytes) { return bytes >= kHugeFrom ? kHugePage : kPage; }

@@ -10,6 +10,11 @@
 
 namespace segtile {
 
+// Blocks from kHugeFrom up are kHugePage aligned and advised for
+// transparent huge pages (also the ledger's uncached blocks).
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugeFrom = size_t(4) << 20;
+
 // A block of at least `bytes`, page aligned; 2 MiB aligned and advised for
 // transparent huge pages from 4 MiB (a conv reads channel planes megabytes
 // apart: one TLB entry per 2 MiB, not per 4 KiB row). Null on failure.

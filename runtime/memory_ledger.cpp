@@ -69,17 +69,14 @@ struct Header {
     bool cached, halide;
 };
 
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
 // Blocks of 4 MiB and more (at 1024^2 one channel plane is 4 MiB) are
 // 2 MiB aligned and advised for transparent huge pages, which this kernel
 // setting (madvise) grants only on request: a conv reads its input
 // channels' planes megabytes apart, one 4 KiB page per row and channel
 // (TLB misses), and a fresh 256 MiB buffer is first touched in 65536
-// faults instead of 128.
-constexpr size_t kHugePage = size_t(2) << 20;
-constexpr size_t kHugeFrom = size_t(4) << 20;
-
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
+// faults instead of 128 (runtime/mapped_block.h for the cached blocks).
 void *system_alloc(size_t total) {
     if (total < kHugeFrom) return std::aligned_alloc(kAlign, round_up(total, kAlign));
     const size_t bytes = round_up(total, kHugePage);
