@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "autoscheduler/conv_shape.h"
+#include "autoscheduler/parameter_adjoints.h"
 #include "autoscheduler/schedule_primitives.h"
 
 namespace segtile {
@@ -700,35 +701,23 @@ std::vector<int> bounded_extents(const Halide::Internal::Function &f) {
     return out;
 }
 
-// The parameter-shaped Funcs: each parameter's copy p_X, its adjoint
-// p_X_0_d_def__ and the gradient output grad_X, with their constant
-// extents where the copy or the gradient output states them (segtile
-// clamps the copy and bounds the gradient). A kernel that computes a
-// gradient but never reads the parameter (the first layer's weights: no
-// input gradient) has no copy: its adjoint and gradient are listed all the
-// same, with no extents if nothing states them, so that they are not
-// scheduled as tensors (a task per 3-wide row).
+// The parameter-shaped Funcs: each parameter's copy p_X, its adjoint and
+// the gradient output grad_X, with their constant extents where the copy
+// or the gradient output states them (segtile clamps the copy and bounds
+// the gradient). A kernel that computes a gradient but never reads the
+// parameter (the first layer's weights: no input gradient) has no copy:
+// its adjoint and gradient are listed all the same, with no extents if
+// nothing states them, so that they are not scheduled as tensors (a task
+// per 3-wide row). Adjoints are found by structure (parameter_adjoints.h).
 std::map<std::string, std::vector<int>> parameter_shapes(const std::map<std::string, Halide::Internal::Function> &env) {
     std::map<std::string, std::vector<int>> out;
-    const std::string adjoint = "_0_d_def__";
-    auto ends_with = [](const std::string &s, const std::string &tail) {
-        return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-    };
+    for (const auto &[grad, adjoint] : schedule::parameter_adjoints(env))
+        out[grad] = out[adjoint] = bounded_extents(env.at(grad));
     for (const auto &[name, fn] : env) {
-        const bool copy = name.rfind("p_", 0) == 0 && !ends_with(name, adjoint), grad = name.rfind("grad_", 0) == 0;
-        const auto e = copy ? clamped_extents(fn) : grad ? bounded_extents(fn) : std::vector<int>{};
-        if (e.empty()) continue;
-        const std::string base = name.substr(copy ? 2 : 5);
-        out["p_" + base] = e;
-        out["p_" + base + adjoint] = e;
-        out["grad_" + base] = e;
+        if (name.rfind("p_", 0) != 0 || out.count(name)) continue;
+        const std::vector<int> e = clamped_extents(fn);
+        if (!e.empty()) out[name] = e;
     }
-    for (const auto &[name, fn] : env)
-        if (name.rfind("p_", 0) == 0 && ends_with(name, adjoint)) {
-            const std::string base = name.substr(2, name.size() - 2 - adjoint.size());
-            out.emplace(name, std::vector<int>{});  // kept if stated above
-            out.emplace("grad_" + base, std::vector<int>{});
-        }
     return out;
 }
 

@@ -64,6 +64,8 @@ std::vector<LayerCase> layer_cases() {
         {"conv3x3_128_128_64", [] { return finish(net(128).conv2d("conv", 128, 3).padding(1)); }, 64},
         {"conv3x3_256_256_32", [] { return finish(net(256).conv2d("conv", 256, 3).padding(1)); }, 32},
         {"conv3x3_512_1024_8", [] { return finish(net(512).conv2d("conv", 1024, 3).padding(1)); }, 8},
+        // Darknet19's conv14, conv16 and conv18 at 1024^2: a narrow image (2 vectors) under many weights.
+        {"conv3x3_512_1024_32", [] { return finish(net(512).conv2d("conv", 1024, 3).padding(1)); }, 32},
         {"conv1x1_1024_512_8", [] { return finish(net(1024).conv2d("conv", 512, 1)); }, 8},
         {"conv3x3_stride2_64_128_128", [] { return finish(net(64).conv2d("conv", 128, 3).stride(2).padding(1)); }, 128},
         // ResNet18's stem and its downsampling shortcut (strided: by phase).

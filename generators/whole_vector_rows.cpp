@@ -2,22 +2,14 @@
 
 #include <string>
 
+#include "autoscheduler/parameter_adjoints.h"
+
 namespace segtile {
 
 namespace {
 
 using namespace Halide::Internal;
 using Halide::Expr;
-
-// A parameter's adjoint: autodiff names it p_<parameter>_0_d_def__ (then
-// $<n> where Halide makes a repeated name unique).
-bool parameter_adjoint(std::string name) {
-    const std::string tail = "_0_d_def__";
-    const size_t dollar = name.rfind('$');
-    if (dollar != std::string::npos) name.resize(dollar);
-    return name.rfind("p_", 0) == 0 && name.size() > tail.size() &&
-           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 bool round_up(Function &fn, int lanes) {
     if (fn.updates().size() != 1) return false;
@@ -49,8 +41,9 @@ int whole_vector_rows(const std::vector<Halide::Func> &outputs, int lanes) {
     for (const auto &f : outputs)
         if (f.defined()) fs.push_back(f.function());
     int n = 0;
-    for (auto &[name, fn] : build_environment(fs))
-        if (parameter_adjoint(name) && round_up(fn, lanes)) n++;
+    auto env = build_environment(fs);
+    for (const auto &[grad, adjoint] : schedule::parameter_adjoints(env))
+        if (round_up(env.at(adjoint), lanes)) n++;
     return n;
 }
 

@@ -21,7 +21,9 @@ namespace segtile {
 // extra columns read the producers a few columns further, which bounds
 // inference computes (every tensor a segment kernel reads is a Func defined
 // everywhere: the sources are bounded copies, generators/model_graph.cpp).
-// Rewrites each such update among the Funcs `outputs` call; returns how many.
+// Rewrites each such update of a parameter's adjoint that a gradient
+// output among `outputs` reads (autoscheduler/parameter_adjoints.h);
+// returns how many.
 int whole_vector_rows(const std::vector<Halide::Func> &outputs, int lanes);
 
 }  // namespace segtile
