@@ -710,7 +710,12 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
             if (cap_for(s, m.bytes) <= req.memory_cap) c = fastest_tiles(s, m.spans, budget, true);
         }
     }
-    if (c.seconds == kInfinity) throw fail("even the smallest tiles of every split exceed it");
+    // The margin named: a cap equal to a plan's predicted peak (the
+    // untiled one's, say) leaves no room for it and is refused.
+    if (c.seconds == kInfinity)
+        throw fail("even the smallest tiles of every split exceed it, with the " +
+                   std::to_string((int)std::lround((kMargin - 1) * 100)) +
+                   "% margin plans keep on their own memory for Halide's runtime");
     return to_plan(m, req, s, c);
 }
 
