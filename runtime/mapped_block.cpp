@@ -9,7 +9,6 @@ namespace segtile {
 namespace {
 constexpr size_t kPage = size_t(4) << 10;
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 size_t alignment(size_t bytes) { return bytes >= kHugeFrom ? kHugePage : kPage; }
 size_t mapped_length(size_t bytes) { return round_up(bytes, alignment(bytes)); }
 

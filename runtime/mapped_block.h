@@ -15,6 +15,9 @@ namespace segtile {
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHugeFrom = size_t(4) << 20;
 
+// n rounded up to a multiple of `to` (sizes and alignments of blocks).
+inline size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
 // A block of at least `bytes`, page aligned; 2 MiB aligned and advised for
 // transparent huge pages from 4 MiB (a conv reads channel planes megabytes
 // apart: one TLB entry per 2 MiB, not per 4 KiB row). Null on failure.

@@ -69,8 +69,6 @@ struct Header {
     bool cached, halide;
 };
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
 // Blocks of 4 MiB and more (at 1024^2 one channel plane is 4 MiB) are
 // 2 MiB aligned and advised for transparent huge pages, which this kernel
 // setting (madvise) grants only on request: a conv reads its input
