@@ -9,6 +9,12 @@
 #include <unordered_map>
 
 #include "HalideRuntime.h"
+#include "HalideRuntimeCuda.h"
+#include "runtime/kernel_context.h"
+
+// In the CUDA runtime only (segtile_halide_runtime_cuda): weak, so that a
+// program with CPU kernels alone links without it.
+extern "C" __attribute__((weak)) halide_cuda_get_stream_t halide_set_cuda_get_stream(halide_cuda_get_stream_t handler);
 
 namespace segtile {
 
@@ -20,6 +26,9 @@ using CUresult = int;
 constexpr CUresult kCudaSuccess = 0, kCudaOutOfMemory = 2;
 using MemAllocFn = CUresult (*)(CUdeviceptr *, size_t);
 using MemFreeFn = CUresult (*)(CUdeviceptr);
+using StreamCreateFn = CUresult (*)(void **, unsigned);
+using StreamFn = CUresult (*)(void *);  // cuStreamSynchronize, cuStreamDestroy_v2, cuCtxPushCurrent_v2
+using CtxPopFn = CUresult (*)(void **);
 
 struct Allocation {
     MemoryLedger *ledger;  // null: charged to none (its ledger is gone, or there was no scope)
@@ -30,6 +39,10 @@ struct Allocation {
 struct DeviceTable {
     std::atomic<MemAllocFn> real_alloc{nullptr};
     std::atomic<MemFreeFn> real_free{nullptr};
+    // The library Halide's runtime found the driver in (null: the process's
+    // own symbols), for the stream entry points it does not hand out.
+    std::atomic<void *> driver{nullptr};
+    std::atomic<bool> driver_known{false};
     std::mutex mutex;
     std::unordered_map<CUdeviceptr, Allocation> live;
     int64_t live_bytes = 0;
@@ -61,6 +74,7 @@ CUresult counted_mem_alloc(CUdeviceptr *ptr, size_t bytes) {
     t.live[*ptr] = {ledger, bytes};
     t.live_bytes += (int64_t)bytes;
     if (ledger) ledger->allocated(bytes, MemoryLedger::Kind::Device);
+    if (scope && ledger) scope->note_held(ledger->current(MemoryLedger::Kind::Device));
     return r;
 }
 
@@ -79,10 +93,20 @@ CUresult counted_mem_free(CUdeviceptr ptr) {
     return real ? real(ptr) : kCudaSuccess;
 }
 
+// A driver entry point from the library Halide's runtime loaded (null if
+// it has not loaded one yet).
+template <typename Fn>
+Fn driver_symbol(const char *name) {
+    DeviceTable &t = table();
+    if (!t.driver_known.load()) return nullptr;
+    return reinterpret_cast<Fn>(dlsym(t.driver.load(), name));
+}
+
 }  // namespace
 
 DeviceMemoryScope::DeviceMemoryScope(MemoryLedger *ledger, int64_t cap)
     : ledger_(ledger), cap_(cap), outer_(current_scope) {
+    held_at_start_ = peak_held_ = ledger ? ledger->current(MemoryLedger::Kind::Device) : 0;
     current_scope = this;
 }
 
@@ -99,6 +123,8 @@ void *device_counting_get_library_symbol(void *lib, const char *name) {
     if (!sym || !name) return sym;
     DeviceTable &t = table();
     if (std::strcmp(name, "cuMemAlloc_v2") == 0) {
+        t.driver.store(lib);
+        t.driver_known.store(true);
         t.real_alloc.store(reinterpret_cast<MemAllocFn>(sym));
         return reinterpret_cast<void *>(&counted_mem_alloc);
     }
@@ -109,7 +135,50 @@ void *device_counting_get_library_symbol(void *lib, const char *name) {
     return sym;
 }
 
-void install_device_memory_hooks() { halide_set_custom_get_library_symbol(&device_counting_get_library_symbol); }
+void install_device_memory_hooks() {
+    halide_set_custom_get_library_symbol(&device_counting_get_library_symbol);
+    if (device_streams_available()) halide_set_cuda_get_stream(&device_stream_for);
+}
+
+bool device_streams_available() { return halide_set_cuda_get_stream != nullptr; }
+
+int device_stream_for(void *user_context, void *cu_context, void **stream) {
+    auto *ctx = static_cast<KernelContext *>(user_context);
+    *stream = nullptr;
+    if (!ctx || !ctx->stream) return 0;
+    DeviceStream &s = *ctx->stream;
+    if (!s.handle) {
+        const auto create = driver_symbol<StreamCreateFn>("cuStreamCreate");
+        const CUresult r = create ? create(&s.handle, 0) : -1;  // 0: CU_STREAM_DEFAULT
+        if (r != kCudaSuccess || !s.handle) {
+            s.handle = nullptr;
+            ctx->last_error += "could not create a CUDA stream (cuStreamCreate " +
+                               (create ? "returned " + std::to_string(r) : std::string("not found in the driver")) +
+                               ")\n";
+            return r != kCudaSuccess ? r : -1;
+        }
+        s.context = cu_context;
+    }
+    *stream = s.handle;
+    return 0;
+}
+
+DeviceStreams::~DeviceStreams() {
+    const auto push = driver_symbol<StreamFn>("cuCtxPushCurrent_v2");
+    const auto pop = driver_symbol<CtxPopFn>("cuCtxPopCurrent_v2");
+    const auto sync = driver_symbol<StreamFn>("cuStreamSynchronize");
+    const auto destroy = driver_symbol<StreamFn>("cuStreamDestroy_v2");
+    for (DeviceStream &s : slots_) {
+        if (!s.handle) continue;
+        // The context the stream was made in, current while it goes.
+        const bool pushed = push && pop && s.context && push(s.context) == kCudaSuccess;
+        if (sync) sync(s.handle);
+        if (destroy) destroy(s.handle);
+        void *popped = nullptr;
+        if (pushed) pop(&popped);
+        s.handle = nullptr;
+    }
+}
 
 void detach_device_allocations(const MemoryLedger *ledger) {
     DeviceTable &t = table();

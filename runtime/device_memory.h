@@ -40,11 +40,18 @@ public:
     int64_t refused_bytes() const { return refused_bytes_; }
     int64_t held_when_refused() const { return held_when_refused_; }
     void note_refused(int64_t bytes, int64_t held);
+    // The most the ledger held (Kind::Device) while this scope was the
+    // innermost: what one kernel call needs, for the executor's choice of
+    // running two calls at once (DeviceOverlap::TwoStreams).
+    int64_t peak_held() const { return peak_held_; }
+    int64_t held_at_start() const { return held_at_start_; }
+    void note_held(int64_t held) { peak_held_ = held > peak_held_ ? held : peak_held_; }
 
 private:
     MemoryLedger *ledger_;
     int64_t cap_;
     int64_t refused_bytes_ = 0, held_when_refused_ = 0;
+    int64_t held_at_start_ = 0, peak_held_ = 0;
     DeviceMemoryScope *outer_;
 };
 
@@ -78,5 +85,46 @@ std::vector<int64_t> device_allocations_of(const MemoryLedger *ledger);
 // on an H200, 2026-12-04: 40 blocks, 61352 bytes, after a tiny_cnn step).
 // The executor calls this when a step ends. The cache stays on after.
 void release_cached_device_allocations();
+
+// A CUDA stream for the kernel calls and copies of every other tile
+// (SegmentedExecutor, DeviceOverlap::TwoStreams). A call whose user context
+// (KernelContext::stream) names one runs its copies and kernels there,
+// asynchronously; Halide's runtime asks segtile for the stream
+// (halide_set_cuda_get_stream) inside its own calls, where the CUDA context
+// is current, and the stream is created then, on first use.
+struct DeviceStream {
+    void *handle = nullptr;   // CUstream; null until first used
+    void *context = nullptr;  // the CUcontext it was created in
+};
+
+// Two streams, made on first use and destroyed with this object (after
+// their work is done). Created with the driver's default flags: work on
+// Halide's default stream (a context-less call, a buffer's destructor)
+// waits for theirs, and theirs for it, so only calls given a stream run
+// beside each other.
+class DeviceStreams {
+public:
+    DeviceStreams() = default;
+    ~DeviceStreams();
+    DeviceStreams(const DeviceStreams &) = delete;
+    DeviceStreams &operator=(const DeviceStreams &) = delete;
+    DeviceStream &operator[](int i) { return slots_[i]; }
+    int created() const { return (slots_[0].handle != nullptr) + (slots_[1].handle != nullptr); }
+
+private:
+    DeviceStream slots_[2];
+};
+
+// Whether the program links a Halide CUDA runtime that takes segtile's
+// stream handler (the CUDA kernel libraries bring it): without one, calls
+// run on Halide's default stream.
+bool device_streams_available();
+
+// The stream Halide's CUDA runtime is to use for a call with this user
+// context: the context's DeviceStream, created on first use in `cu_context`
+// (the current one); the default stream (null) for a null context or one
+// naming no stream. What install_device_memory_hooks installs; a CUDA
+// error code (CUresult) if the driver cannot make the stream.
+int device_stream_for(void *user_context, void *cu_context, void **stream);
 
 }  // namespace segtile

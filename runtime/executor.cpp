@@ -20,6 +20,7 @@ public:
     SharedKernel(std::shared_ptr<ModelKernels> owner, Kernel *k) : owner_(std::move(owner)), k_(k) {}
     const std::vector<KernelArg> &signature() const override { return k_->signature(); }
     void call(const std::vector<void *> &args) override { k_->call(args); }
+    bool set_device_stream(DeviceStream *stream) override { return k_->set_device_stream(stream); }
 
 private:
     std::shared_ptr<ModelKernels> owner_;
@@ -100,14 +101,24 @@ void copy_window(Buffer &dst, const Buffer &src, HostThreads *threads) {
 // After a call of a device (CUDA) kernel: Halide copied each input view to
 // the device and left each output there; copy the outputs back into the
 // host tensors they view and free the call's device buffers, so the device
-// holds one tile's buffers at a time.
-void sync_to_host(std::deque<Buffer> &views) {
+// holds one tile's buffers at a time. `ctx` names the call's stream (null:
+// the default stream), where the copies queue behind its kernels; a freed
+// buffer goes to Halide's cache for that stream's next call.
+void sync_to_host(std::deque<Buffer> &views, KernelContext *ctx = nullptr) {
+    Buffer *any = nullptr;
     for (auto &b : views) {
         if (!b.has_device_allocation()) continue;
-        if (b.device_dirty() && b.copy_to_host() != 0)
-            throw std::runtime_error("copying a kernel's output from the device failed");
-        b.device_free();
+        any = &b;
+        if (b.device_dirty() && b.copy_to_host(ctx) != 0)
+            throw std::runtime_error("copying a kernel's output from the device failed" +
+                                     (ctx && !ctx->last_error.empty() ? ": " + ctx->last_error : std::string()));
     }
+    if (!any) return;
+    if (ctx && ctx->stream && any->device_sync(ctx) != 0)
+        throw std::runtime_error("a kernel on the device failed" +
+                                 (!ctx->last_error.empty() ? ": " + ctx->last_error : std::string()));
+    for (auto &b : views)
+        if (b.has_device_allocation()) b.device_free(ctx);
 }
 
 // Before a device kernel call: Halide copies an input to a fresh device
@@ -124,15 +135,6 @@ void mark_inputs_host_dirty(const std::vector<KernelArg> &sig, const std::vector
         if (b && b->host && b->device == 0) b->set_host_dirty(true);
     }
 }
-
-// Until a device step ends, however it ends: then the blocks Halide's
-// allocation cache kept go back to the driver and off the ledger.
-struct DeviceCacheRelease {
-    bool device;
-    ~DeviceCacheRelease() {
-        if (device) release_cached_device_allocations();
-    }
-};
 
 // Image n of a batch as a (W, H, C, 1) buffer with n at 0, as kernels expect.
 Buffer batch_item(const Buffer &b, int n) {
@@ -187,7 +189,7 @@ void SegmentedExecutor::set_host_threads(std::shared_ptr<HostThreads> threads) {
 
 SegmentedExecutor::~SegmentedExecutor() = default;
 
-void SegmentedExecutor::set_device(bool on, int64_t device_cap, bool overlap) {
+void SegmentedExecutor::set_device(bool on, int64_t device_cap, DeviceOverlap overlap) {
     device_ = on;
     device_cap_ = device_cap;
     overlap_ = overlap;
@@ -261,6 +263,7 @@ struct SegmentedExecutor::TileCall {
     ArgList args;
     std::vector<void *> built;  // args in the kernel's order
     std::vector<Tensor> *partials = nullptr;  // the set this call writes its weight-gradient partials to
+    int stream = -1;  // TwoStreams: the slot of the stream the call runs on (-1: the default)
 };
 
 // What every tile of one segment's kernel shares.
@@ -353,12 +356,19 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
     return call;
 }
 
+void SegmentedExecutor::launch_tile(SegmentRun &run, TileCall &c) {
+    const auto kernel_start = std::chrono::steady_clock::now();
+    call_kernel(*run.kernel, c.built, run.backward ? "backward" : "forward", run.s,
+                c.stream >= 0 ? &(*streams_)[c.stream] : nullptr);
+    if (trace_) report(kernel_event(run), "kernel", kernel_start);
+}
+
 // The kernel's outputs back on the host (on the device: waits for it).
 // Reported as a "kernel" event of the call's name, like its launch: the
 // two together are the time the step waited on the kernel.
 void SegmentedExecutor::collect_tile(SegmentRun &run, TileCall &c) {
     const auto wait_start = std::chrono::steady_clock::now();
-    if (device_) sync_to_host(c.views);
+    if (device_) sync_to_host(c.views, c.stream >= 0 ? &stream_context_[c.stream] : nullptr);
     for (auto &[dense, window] : c.copy_back) copy_window(window, dense, host_threads());
     if (trace_ && device_) report(kernel_event(run), "kernel", wait_start);
 }
@@ -425,32 +435,67 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
     // On the device a kernel call returns once its work is queued: the host
     // makes the next tile's windows, and adds the previous tile's gradients,
     // while the GPU runs (two tiles' host staging alive at once; the device
-    // still holds one call's buffers). On the CPU, one tile at a time: the
-    // call itself is the work, and the planner counts one tile's windows.
-    const bool overlap = device_ && overlap_ && order.size() > 1;
+    // still holds one call's buffers). With two streams the next tile's call
+    // is queued too before this one's outputs come back (docs/gpu.md). On
+    // the CPU, one tile at a time: the call itself is the work, and the
+    // planner counts one tile's windows.
+    const size_t n = order.size();
+    const bool overlap = device_ && overlap_ != DeviceOverlap::OneTileAtATime && n > 1;
+    // The first tile runs alone on stream 0: it measures what a call holds,
+    // and its copy of the parameters is on the device before stream 1 reads it.
+    const bool streams = overlap && overlap_ == DeviceOverlap::TwoStreams && streams_ &&
+                         run.kernel->set_device_stream(&(*streams_)[0]);
+    bool two = streams;
     if (backward && overlap) run.partials[1] = make_partials(params, seg.first, seg.last);
     std::unique_ptr<TileCall> next = prepare_tile(run, order[0].first, order[0].second, params);
-    std::unique_ptr<TileCall> done;  // collected, its gradients not yet added
-    for (size_t k = 0; k < order.size(); k++) {
+    std::unique_ptr<TileCall> done;    // collected, its gradients not yet added
+    std::unique_ptr<TileCall> flight;  // two streams: called, its outputs not yet back
+    for (size_t k = 0; k < n; k++) {
         std::unique_ptr<TileCall> cur = std::move(next);
-        const clock::time_point kernel_start = clock::now();
-        call_kernel(*run.kernel, cur->built, backward ? "backward" : "forward", s);
-        if (trace_) report(kernel_event(run), "kernel", kernel_start);
-        if (overlap) {
-            if (done) finish_tile(run, *done, params);
-            done.reset();
-            if (k + 1 < order.size()) next = prepare_tile(run, order[k + 1].first, order[k + 1].second, params);
-            collect_tile(run, *cur);
-            done = std::move(cur);
-        } else {
+        cur->stream = !streams ? -1 : two ? (int)(k % 2) : 0;
+        // Two streams: tile k-2's gradients out of the partials' set before
+        // tile k writes it (a CPU kernel writes it during the call, a GPU's
+        // comes back later), while tile k-1 runs.
+        if (two && done) finish_tile(run, *done, params);
+        if (two) done.reset();
+        launch_tile(run, *cur);
+        if (!overlap) {
             collect_tile(run, *cur);
             finish_tile(run, *cur, params);
             cur.reset();
-            if (k + 1 < order.size()) next = prepare_tile(run, order[k + 1].first, order[k + 1].second, params);
+            if (k + 1 < n) next = prepare_tile(run, order[k + 1].first, order[k + 1].second, params);
+            continue;
         }
+        // One stream: tile k-1's gradients while tile k runs. Two: tile
+        // k-1's outputs back while tile k runs.
+        if (done) finish_tile(run, *done, params);
+        done.reset();
+        if (flight) {
+            collect_tile(run, *flight);
+            done = std::move(flight);
+        }
+        if (k + 1 < n) next = prepare_tile(run, order[k + 1].first, order[k + 1].second, params);
+        if (two && k > 0) {
+            tiles_on_two_streams_++;
+            flight = std::move(cur);
+        } else {
+            collect_tile(run, *cur);
+            if (two) two = two_calls_fit();
+            done = std::move(cur);
+        }
+    }
+    if (flight) {
+        if (done) finish_tile(run, *done, params);
+        collect_tile(run, *flight);
+        done = std::move(flight);
     }
     if (done) finish_tile(run, *done, params);
     done.reset();
+    // Their device copies go to stream 0's cache (both streams are done
+    // with them), where its next calls can reuse them; else the default's.
+    if (streams)
+        for (auto &b : device_params_)
+            if (b.has_device_allocation()) b.device_free(&stream_context_[0]);
     device_params_.clear();  // frees their device copies
     // Checkpoints in mapped files leave memory between segments (the page
     // cache writes them back); a later segment reads back what it needs.
@@ -515,12 +560,15 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
 // which for parameters outlive it, its outputs and intermediates) are
 // charged to the ledger; a call refused memory past the cap fails with the
 // figures to change it (the text built only then: this runs per tile).
-void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &args, const char *kind, int segment) {
+void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &args, const char *kind, int segment,
+                                    DeviceStream *stream) {
     if (!device_) return kernel.call(args);
     mark_inputs_host_dirty(kernel.signature(), args);
+    if (!kernel.set_device_stream(stream)) throw std::logic_error("a kernel refused the stream it had taken");
     DeviceMemoryScope scope(ledger_, device_cap_);
     try {
         kernel.call(args);
+        last_call_device_bytes_ = scope.peak_held() - scope.held_at_start();
     } catch (const std::runtime_error &e) {
         if (scope.refused_bytes() == 0) throw;
         device_params_.clear();
@@ -535,6 +583,38 @@ void SegmentedExecutor::call_kernel(Kernel &kernel, const std::vector<void *> &a
     }
 }
 
+// Two calls in flight fit the cap: what the ledger holds after a segment's
+// first call (its buffers are in Halide's cache, still charged), and what
+// that call added again, with a quarter to spare for interior tiles, whose
+// windows are bigger than the first's (a corner).
+bool SegmentedExecutor::two_calls_fit() const {
+    if (device_cap_ <= 0 || !ledger_) return true;
+    const int64_t held = ledger_->current(MemoryLedger::Kind::Device);
+    return held + last_call_device_bytes_ + last_call_device_bytes_ / 4 <= device_cap_;
+}
+
+// Until a device step ends, however it ends: its streams finish their work
+// and go, the kernels forget them, and the blocks Halide's allocation cache
+// kept go back to the driver and off the ledger.
+struct SegmentedExecutor::DeviceStep {
+    SegmentedExecutor &e;
+    explicit DeviceStep(SegmentedExecutor &exec) : e(exec) {
+        if (!e.device_ || e.overlap_ != DeviceOverlap::TwoStreams) return;
+        e.streams_ = std::make_unique<DeviceStreams>();
+        for (int i = 0; i < 2; i++) e.stream_context_[i] = KernelContext{e.ledger_, "", &(*e.streams_)[i]};
+    }
+    ~DeviceStep() {
+        if (!e.device_) return;
+        if (e.streams_) {
+            for (auto *list : {&e.kernels_.forward, &e.kernels_.backward})
+                for (auto &k : *list)
+                    if (k) k->set_device_stream(nullptr);
+            e.streams_.reset();
+        }
+        release_cached_device_allocations();
+    }
+};
+
 Buffer SegmentedExecutor::image_view(const Tensor &images, int n) const { return batch_item(images.view(), n); }
 
 void SegmentedExecutor::forward(const Tensor &images, int n, ParamStore &params) {
@@ -546,7 +626,7 @@ void SegmentedExecutor::forward(const Tensor &images, int n, ParamStore &params)
 double SegmentedExecutor::evaluate(const Tensor &images, const Buffer &labels_or_targets, ParamStore &params,
                                    Tensor *predictions) {
     const int N = (int)images.dims()[3];
-    const DeviceCacheRelease release{device_};
+    const DeviceStep device_step(*this);
     params.zero_grads();  // the head adds its partials
     double total = 0;
     for (int n = 0; n < N; n++) {
@@ -565,7 +645,7 @@ double SegmentedExecutor::step(const Tensor &images, const Buffer &labels_or_tar
     if (grad_images && !image_gradient_)
         throw std::invalid_argument("these kernels were built without the image's gradient: build them from a "
                                     "SegmentLayout with image_gradient = true to ask step() for grad_images");
-    const DeviceCacheRelease release{device_};
+    const DeviceStep device_step(*this);
     params.zero_grads();
     double total = 0;
     for (int n = 0; n < N; n++) {

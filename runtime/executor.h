@@ -43,6 +43,25 @@ struct ModelKernels {
 ModelKernels share_kernels(const std::shared_ptr<ModelKernels> &k);
 
 class HostThreads;
+class DeviceStreams;
+
+// How the tiles of a segment meet the GPU (SegmentedExecutor::set_device).
+enum class DeviceOverlap {
+    // Call, wait, copy back, next tile: what the planner counts.
+    OneTileAtATime,
+    // The host makes tile k+1's windows and adds tile k-1's gradients while
+    // tile k's call runs (its kernels are queued when the call returns).
+    HostWork,
+    // As HostWork, and tile k+1's call (its copies to the device, its
+    // kernels) is queued on a second CUDA stream before tile k's outputs
+    // are copied back: transfers overlap kernels, and two tiles' kernels
+    // can share the GPU. The device then holds two calls' buffers: the
+    // executor measures the first call of each segment and goes on with one
+    // stream where two would not fit the cap (with a quarter to spare for
+    // tiles bigger than the first). Needs AOT kernels and the CUDA runtime
+    // that takes segtile's stream (Kernel::set_device_stream); else HostWork.
+    TwoStreams,
+};
 
 class SegmentedExecutor {
 public:
@@ -76,11 +95,10 @@ public:
     // parameters stay on the device per segment. Every device allocation is
     // charged to the ledger (Kind::Device) and, with `device_cap` > 0, one
     // that would take it past the cap fails the step with DeviceMemoryError.
-    // `overlap`: the host makes the next tile's windows and adds the last
-    // tile's gradients while the GPU runs a call (off: one tile at a time,
-    // to measure what the overlap gains).
-    // The host's copies and adds run on all cores (HostThreads), as on the CPU path.
-    void set_device(bool on, int64_t device_cap = 0, bool overlap = true);
+    // `overlap`: what runs beside a call (DeviceOverlap; OneTileAtATime
+    // measures what the others gain). The host's copies and adds run on all
+    // cores (HostThreads), as on the CPU path.
+    void set_device(bool on, int64_t device_cap = 0, DeviceOverlap overlap = DeviceOverlap::HostWork);
     // The pool for the host's copies and adds (null: the caller alone),
     // shared with other executors that do not run at the same time as this
     // one; by default each executor starts its own on first use.
@@ -93,6 +111,9 @@ public:
     const SegmentLayout &layout() const { return layout_; }
     TileRegions tile_regions(int segment) const { return segtile::tile_regions(model_, layout_.segments.at(segment), shapes_, tiles_.at(segment)); }
     int64_t tiles_run() const { return tiles_run_; }
+    // Tiles whose call was queued while the previous tile's still ran
+    // (DeviceOverlap::TwoStreams): 0 where one stream ran every tile.
+    int64_t tiles_on_two_streams() const { return tiles_on_two_streams_; }
     bool image_gradient() const { return image_gradient_; }  // step() can fill grad_images
 
 private:
@@ -102,8 +123,11 @@ private:
     void run_segment(int s, bool backward, ParamStore &params);
     struct TileCall;
     struct SegmentRun;
+    struct DeviceStep;
     std::unique_ptr<TileCall> prepare_tile(SegmentRun &run, size_t tx, size_t ty, ParamStore &params);
+    void launch_tile(SegmentRun &run, TileCall &c);
     void collect_tile(SegmentRun &run, TileCall &c);
+    bool two_calls_fit() const;
     void finish_tile(SegmentRun &run, TileCall &c, ParamStore &params);
     std::string kernel_event(const SegmentRun &run) const;
     Tensor take_spare(SegmentRun &run, const std::vector<int64_t> &dims);
@@ -126,7 +150,11 @@ private:
     std::vector<bool> backward_needed_;  // per segment (spec/segments.h backward_needed)
     bool device_ = false;
     int64_t device_cap_ = 0;
-    bool overlap_ = true;
+    DeviceOverlap overlap_ = DeviceOverlap::HostWork;
+    std::unique_ptr<DeviceStreams> streams_;  // TwoStreams, during one step
+    KernelContext stream_context_[2];         // the executor's own copies and syncs on each stream
+    int64_t last_call_device_bytes_ = 0;      // the most the last device call added to the ledger
+    int64_t tiles_on_two_streams_ = 0;
     std::shared_ptr<HostThreads> host_threads_;  // window copies and gradient adds; null on one core
     bool host_threads_started_ = false;
     HostThreads *host_threads();
@@ -135,7 +163,9 @@ private:
     void report(std::string name, const char *category, std::chrono::steady_clock::time_point start,
                 std::vector<std::pair<std::string, int64_t>> args = {}) const;
     // kind: "forward", "backward" (of `segment`) or "head" (segment -1).
-    void call_kernel(Kernel &kernel, const std::vector<void *> &args, const char *kind, int segment);
+    // `stream`: the CUDA stream of the call (null: Halide's default).
+    void call_kernel(Kernel &kernel, const std::vector<void *> &args, const char *kind, int segment,
+                     DeviceStream *stream = nullptr);
 };
 
 // A kernel call on the device was refused memory past the device cap.

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "runtime/device_memory.h"
+
 namespace segtile {
 
 AotKernel::AotKernel(std::vector<KernelArg> signature, ArgvFn argv, MetadataFn metadata, MemoryLedger *ledger)
@@ -30,6 +32,12 @@ void AotKernel::call(const std::vector<void *> &args) {
     ctx_.last_error.clear();
     if (int err = argv_(slots.data()))
         throw std::runtime_error(std::string(md_->name) + " failed (" + std::to_string(err) + "): " + ctx_.last_error);
+}
+
+bool AotKernel::set_device_stream(DeviceStream *stream) {
+    if (stream && (user_context_slot_ < 0 || !device_streams_available())) return false;
+    ctx_.stream = stream;
+    return true;
 }
 
 std::vector<void *> ArgList::build(const std::vector<KernelArg> &sig) {

@@ -20,6 +20,11 @@ public:
     virtual const std::vector<KernelArg> &signature() const = 0;
     // Throws std::runtime_error with the kernel's own error text.
     virtual void call(const std::vector<void *> &args) = 0;
+    // The CUDA stream later calls run on (null: Halide's default). False
+    // where the kernel cannot take one (JIT kernels, which have their own
+    // Halide runtime; a program without the CUDA runtime): its calls stay
+    // on the default stream.
+    virtual bool set_device_stream(DeviceStream *stream) { return stream == nullptr; }
 };
 
 // An AOT library built with the user_context feature, called through its
@@ -31,6 +36,7 @@ public:
     AotKernel(std::vector<KernelArg> signature, ArgvFn argv, MetadataFn metadata, MemoryLedger *ledger);
     const std::vector<KernelArg> &signature() const override { return sig_; }
     void call(const std::vector<void *> &args) override;
+    bool set_device_stream(DeviceStream *stream) override;
 
 private:
     std::vector<KernelArg> sig_;

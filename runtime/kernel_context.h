@@ -9,9 +9,14 @@
 
 namespace segtile {
 
+struct DeviceStream;  // runtime/device_memory.h
+
 struct KernelContext {
     MemoryLedger *ledger = nullptr;
     std::string last_error;
+    // The CUDA stream the call's copies and kernels go to (null: Halide's
+    // default stream, where every call and copy waits for the one before).
+    DeviceStream *stream = nullptr;
 
     // Installs segtile's malloc/free/error hooks in the Halide runtime linked
     // into this process (idempotent). Kernels must be compiled with the

@@ -9,7 +9,8 @@
 #      checkpoint_sequential, capped at $CAP_GIB GiB of device memory, OOMs
 #      recorded), then segtile_gpu_check, the same steps tiled with the CUDA
 #      kernels; device memory sampled with nvidia-smi during every run.
-# Settings (environment): BUDGET_S, SIZES, CAP_GIB, TILE_PX, LIMIT_LARGE_S, BASELINES=0
+# Settings (environment): BUDGET_S, SIZES, CAP_GIB, TILE_PX, LIMIT_LARGE_S, BASELINES=0,
+# OVERLAP (streams, host or sequential: segtile_gpu_check's main step)
 # (segtile alone, for a rerun once the baselines are measured).
 # Results: one JSON per run, nvidia-smi output, summary.json, in <out dir>.
 #
@@ -104,16 +105,17 @@ for size in $SIZES; do
   done
   # VGG16 at 4096^2 took over 60 s on an H200 (2026-12-04): give the
   # smallest size room for one VGG16 figure.
-  # At the first size each step runs twice, the second time one tile at a
-  # time: what overlapping the host's work with the GPU gains.
+  # At the first size each step runs three times: on two CUDA streams
+  # (OVERLAP, default streams), then with only the host's work overlapping
+  # the GPU, then one tile at a time: what each overlap gains.
   case $size in 4096) limit=120 ;; 8192) limit=120 ;; *) limit=${LIMIT_LARGE_S:-330} ;; esac
-  sequential=""
-  [ "$size" = "${SIZES%% *}" ] && sequential=sequential
+  compare=""
+  [ "$size" = "${SIZES%% *}" ] && compare=compare
   # Darknet19 first: the cheaper step, so a short budget cuts VGG16's.
   for model in darknet19 vgg16; do
     run_sampled "segtile_${model}_${size}" "$limit" \
       "$bundle/bin/segtile_gpu_check" "$model" "$size" "$TILE_PX" "$out/segtile_${model}_${size}.json" \
-      $((CAP_GIB * 1024 * 1024 * 1024)) $sequential
+      $((CAP_GIB * 1024 * 1024 * 1024)) "${OVERLAP:-streams}" $compare
   done
 done
 

@@ -3,7 +3,7 @@
 // and carried to a machine with a GPU but no Halide: it links only the AOT
 // libraries and the segtile runtime.
 //
-//   segtile_gpu_check <model> <image size> <tile px> <out.json> [<device cap bytes> [sequential]]
+//   segtile_gpu_check <model> <image size> <tile px> <out.json> [<device cap bytes> [<overlap> [compare]]]
 //
 // <model> is vgg16 or darknet19 (their CUDA libraries: models/CMakeLists.txt);
 // the image is square, random (seed 1), label 1; <tile px> is the tile side in
@@ -13,7 +13,9 @@
 // modules), tiles run, the host memory it used, and the device memory the
 // ledger counted (every cuMemAlloc of Halide's runtime, runtime/device_memory.h);
 // with a cap, the executor refuses device memory past it and the run fails
-// with the figures. The script also samples nvidia-smi from outside.
+// with the figures. <overlap> (DeviceOverlap): streams (default), host or
+// sequential; `compare` runs the step again in the other two ways after,
+// in the same process. The script also samples nvidia-smi from outside.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -76,7 +78,8 @@ void fill_random(Tensor &t) {
 using KernelSeconds = std::map<std::string, double>;
 
 double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_px, int64_t cap, MemoryLedger &ledger,
-                int64_t &tiles_run, double &loss, KernelSeconds *kernel_seconds = nullptr, bool overlap = true) {
+                int64_t &tiles_run, double &loss, KernelSeconds *kernel_seconds = nullptr,
+                DeviceOverlap overlap = DeviceOverlap::TwoStreams, int64_t *on_two_streams = nullptr) {
     SegmentLayout layout = make_segments(m, parse_cuts(m, lib.cuts()));
     SegmentedExecutor exec(m, layout, lib.kernels(m, &ledger), tiles_for(m, layout, size, tile_px), &ledger);
     exec.set_device(true, cap, overlap);
@@ -95,16 +98,29 @@ double run_step(const Model &m, const Library &lib, int64_t size, int64_t tile_p
     loss = exec.step(images, labels, params);
     const auto t1 = std::chrono::steady_clock::now();
     tiles_run = exec.tiles_run();
+    if (on_two_streams) *on_two_streams = exec.tiles_on_two_streams();
     return std::chrono::duration<double>(t1 - t0).count();
 }
 
 }  // namespace
 
+const std::map<std::string, DeviceOverlap> &overlaps() {
+    static const std::map<std::string, DeviceOverlap> o{{"streams", DeviceOverlap::TwoStreams},
+                                                        {"host", DeviceOverlap::HostWork},
+                                                        {"sequential", DeviceOverlap::OneTileAtATime}};
+    return o;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 5 || argc > 7 || (argc == 7 && std::string(argv[6]) != "sequential")) {
+    if (argc < 5 || argc > 8 || (argc >= 7 && !overlaps().count(argv[6])) ||
+        (argc == 8 && std::string(argv[7]) != "compare")) {
         std::fprintf(stderr,
-                     "usage: %s vgg16|darknet19 <image size> <tile px> <out.json> [<device cap bytes> [sequential]]\n"
-                     "  sequential: also run the step one tile at a time (no host work overlapping the GPU)\n",
+                     "usage: %s vgg16|darknet19 <image size> <tile px> <out.json> [<device cap bytes> "
+                     "[streams|host|sequential [compare]]]\n"
+                     "  streams: the next tile's call queued on a second CUDA stream (the default)\n"
+                     "  host: the host's work for the next tile overlaps the call\n"
+                     "  sequential: one tile at a time\n"
+                     "  compare: also run the step the other two ways, after\n",
                      argv[0]);
         return 2;
     }
@@ -117,7 +133,8 @@ int main(int argc, char **argv) {
     const std::string model = argv[1];
     const int64_t size = std::stoll(argv[2]), tile_px = std::stoll(argv[3]);
     const int64_t cap = argc >= 6 ? std::stoll(argv[5]) : 0;
-    const bool sequential = argc == 7;
+    const std::string mode = argc >= 7 ? argv[6] : "streams";
+    const bool compare = argc == 8;
     std::ofstream out(argv[4]);
     // Each tile allocates and frees the same device buffers: the CUDA
     // runtime keeps freed blocks for the next tile instead of cuMemFree and
@@ -135,32 +152,40 @@ int main(int argc, char **argv) {
         int64_t tiles = 0;
         double loss = 0;
         KernelSeconds kernels;
-        const double seconds = run_step(m, lib, size, tile_px, cap, ledger, tiles, loss, &kernels);
-        // The same step without overlap, after it: the ratio of the two is
-        // what the overlap gains (same kernels, same warm allocation cache).
-        std::string seq_json;
-        if (sequential) {
-            MemoryLedger seq_ledger;
-            int64_t seq_tiles = 0;
-            double seq_loss = 0;
-            const double seq = run_step(m, lib, size, tile_px, cap, seq_ledger, seq_tiles, seq_loss, nullptr, false);
-            seq_json = ", \"sequential_seconds\": " + std::to_string(seq) + ", \"sequential_loss\": " +
-                       std::to_string(seq_loss);
-            std::printf("one tile at a time: %.2f s (overlapped %.2f s), loss %g\n", seq, seconds, seq_loss);
+        int64_t on_two_streams = 0;
+        const double seconds = run_step(m, lib, size, tile_px, cap, ledger, tiles, loss, &kernels,
+                                        overlaps().at(mode), &on_two_streams);
+        // The same step the other ways, after it: their ratios are what each
+        // overlap gains (same kernels, same warm allocation cache).
+        std::string compare_json;
+        for (const auto &[other, overlap] : overlaps()) {
+            if (!compare || other == mode) continue;
+            MemoryLedger other_ledger;
+            int64_t other_tiles = 0, other_streamed = 0;
+            double other_loss = 0;
+            const double sec = run_step(m, lib, size, tile_px, cap, other_ledger, other_tiles, other_loss, nullptr,
+                                        overlap, &other_streamed);
+            compare_json += ", \"" + other + "_seconds\": " + std::to_string(sec) + ", \"" + other +
+                            "_loss\": " + std::to_string(other_loss) + ", \"" + other +
+                            "_device_peak_bytes\": " + std::to_string(other_ledger.peak(MemoryLedger::Kind::Device)) +
+                            ", \"" + other + "_tiles_on_two_streams\": " + std::to_string(other_streamed);
+            std::printf("%s: %.2f s (%s %.2f s), loss %g\n", other.c_str(), sec, mode.c_str(), seconds, other_loss);
         }
         std::string by_kernel;
         for (const auto &[name, sec] : kernels)
             by_kernel += (by_kernel.empty() ? "\"" : ", \"") + name + "\": " + std::to_string(sec);
         out << "{\"tool\": \"segtile\", \"model\": \"" << model << "\", \"size\": " << size << ", \"tile_px\": " << tile_px
-            << ", \"cuts\": \"" << lib.cuts() << "\", \"status\": \"ok\", \"seconds\": " << seconds
+            << ", \"cuts\": \"" << lib.cuts() << "\", \"status\": \"ok\", \"overlap\": \"" << mode
+            << "\", \"tiles_on_two_streams\": " << on_two_streams << ", \"seconds\": " << seconds
             << ", \"warmup_seconds\": " << warm << ", \"loss\": " << loss << ", \"tiles\": " << tiles
             << ", \"host_checkpoint_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Checkpoint)
             << ", \"host_working_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Working)
             << ", \"device_peak_bytes\": " << ledger.peak(MemoryLedger::Kind::Device) << ", \"device_cap_bytes\": " << cap
-            << ", \"process_hwm_bytes\": " << process_high_water_mark() << seq_json << ", \"kernel_seconds\": {" << by_kernel
+            << ", \"process_hwm_bytes\": " << process_high_water_mark() << compare_json << ", \"kernel_seconds\": {" << by_kernel
             << "}}\n";
-        std::printf("%s %lld^2 tile %lld: %.2f s, %lld tiles, loss %g\n", model.c_str(), (long long)size,
-                    (long long)tile_px, seconds, (long long)tiles, loss);
+        std::printf("%s %lld^2 tile %lld, %s: %.2f s, %lld tiles (%lld on two streams), loss %g\n", model.c_str(),
+                    (long long)size, (long long)tile_px, mode.c_str(), seconds, (long long)tiles,
+                    (long long)on_two_streams, loss);
         for (const auto &[name, sec] : kernels) std::printf("  %-28s %8.2f s\n", name.c_str(), sec);
         return 0;
     } catch (const std::exception &e) {

@@ -28,15 +28,17 @@ struct StepResult {
     std::vector<std::vector<float>> grads;
     std::vector<float> grad_image;
     int64_t tiles = 0;
+    int64_t tiles_on_two_streams = 0;
     int64_t working_peak = 0;  // host working memory (the ledger)
+    int64_t device_peak = 0;
 };
 
 StepResult run_step(const Model &m, const SegmentLayout &layout, ModelKernels kernels, std::vector<TileSize> tiles,
                     bool device, const Tensor &images, const Halide::Runtime::Buffer<int32_t> &labels, int seed,
-                    bool overlap = true) {
+                    DeviceOverlap overlap = DeviceOverlap::HostWork, int64_t device_cap = 0) {
     MemoryLedger ledger;
     SegmentedExecutor exec(m, layout, std::move(kernels), std::move(tiles), &ledger);
-    exec.set_device(device, 0, overlap);
+    exec.set_device(device, device_cap, overlap);
     ParamStore params(m, &ledger);
     params.init_pytorch_default(seed);
     // Libraries built for training (NO_IMAGE_GRADIENT) give none.
@@ -47,7 +49,9 @@ StepResult run_step(const Model &m, const SegmentLayout &layout, ModelKernels ke
     for (auto &g : params.grads) r.grads.emplace_back(g.data(), g.data() + g.numel());
     if (grad_image.defined()) r.grad_image.assign(grad_image.data(), grad_image.data() + grad_image.numel());
     r.tiles = exec.tiles_run();
+    r.tiles_on_two_streams = exec.tiles_on_two_streams();
     r.working_peak = ledger.peak(MemoryLedger::Kind::Working);
+    r.device_peak = ledger.peak(MemoryLedger::Kind::Device);
     return r;
 }
 
@@ -97,6 +101,39 @@ private:
     std::unique_ptr<Kernel> k_;
     int *clean_;
 };
+
+// Records the stream each call was given (null: the default), in call order
+// across all kernels, and which kernel made it.
+struct StreamLog {
+    std::vector<std::pair<const Kernel *, const DeviceStream *>> calls;
+};
+
+class StreamLogKernel : public Kernel {
+public:
+    StreamLogKernel(std::unique_ptr<Kernel> k, StreamLog *log) : k_(std::move(k)), log_(log) {}
+    const std::vector<KernelArg> &signature() const override { return k_->signature(); }
+    bool set_device_stream(DeviceStream *stream) override {
+        stream_ = stream;
+        return k_->set_device_stream(stream);
+    }
+    void call(const std::vector<void *> &args) override {
+        log_->calls.emplace_back(this, stream_);
+        k_->call(args);
+    }
+
+private:
+    std::unique_ptr<Kernel> k_;
+    StreamLog *log_;
+    DeviceStream *stream_ = nullptr;
+};
+
+ModelKernels log_streams(ModelKernels k, StreamLog *log) {
+    for (auto *list : {&k.forward, &k.backward})
+        for (auto &kernel : *list)
+            if (kernel) kernel = std::make_unique<StreamLogKernel>(std::move(kernel), log);
+    k.head = std::make_unique<StreamLogKernel>(std::move(k.head), log);
+    return k;
+}
 
 ModelKernels count_clean_inputs(ModelKernels k, int *clean) {
     for (auto *list : {&k.forward, &k.backward})
@@ -150,13 +187,57 @@ TEST(CudaLibraries, OverlappedDevicePathEqualsOneTileAtATime) {
     // the overlapped order ran.
     TinyCnnCase c(11, 1);
     const std::vector<TileSize> tiles{{7, 6}, {4, 5}, {3, 3}};
-    StepResult one =
-        run_step(c.m, c.layout, tiny_cnn_tiled_kernels(c.m, nullptr), tiles, true, c.images, c.labels, 6, false);
+    StepResult one = run_step(c.m, c.layout, tiny_cnn_tiled_kernels(c.m, nullptr), tiles, true, c.images, c.labels, 6,
+                              DeviceOverlap::OneTileAtATime);
     StepResult overlapped =
         run_step(c.m, c.layout, tiny_cnn_tiled_kernels(c.m, nullptr), tiles, true, c.images, c.labels, 6);
     EXPECT_EQ(overlapped.tiles, one.tiles);
     expect_same_bits(overlapped, one);
     EXPECT_GT(overlapped.working_peak, one.working_peak) << "two tiles' windows alive at once";
+}
+
+TEST(CudaLibraries, TwoStreamsQueueTheNextTileBeforeThisOnesOutputsComeBack) {
+    // DeviceOverlap::TwoStreams with CPU AOT kernels (their calls are the
+    // work, and they ignore the stream): the step is the same to the bit as
+    // one tile at a time; the calls of each segment alternate between two
+    // streams from the first; and the host holds three tiles' windows at
+    // once (one collected, one in flight, the next made), more than HostWork.
+    ASSERT_TRUE(device_streams_available()) << "the CUDA runtime linked here takes segtile's stream";
+    TinyCnnCase c(13, 0);
+    const std::vector<TileSize> tiles{{7, 6}, {4, 5}, {3, 3}};
+    StepResult one = run_step(c.m, c.layout, tiny_cnn_tiled_kernels(c.m, nullptr), tiles, true, c.images, c.labels, 8,
+                              DeviceOverlap::OneTileAtATime);
+    StepResult host = run_step(c.m, c.layout, tiny_cnn_tiled_kernels(c.m, nullptr), tiles, true, c.images, c.labels, 8,
+                               DeviceOverlap::HostWork);
+    StreamLog log;
+    StepResult two = run_step(c.m, c.layout, log_streams(tiny_cnn_tiled_kernels(c.m, nullptr), &log), tiles, true,
+                              c.images, c.labels, 8, DeviceOverlap::TwoStreams);
+    expect_same_bits(two, one);
+    EXPECT_EQ(host.tiles_on_two_streams, 0);
+    EXPECT_GT(two.working_peak, host.working_peak) << "three tiles' windows alive at once";
+    // Runs of calls of one kernel: one per segment, forward and backward.
+    std::vector<std::vector<const DeviceStream *>> runs;
+    const Kernel *last = nullptr;
+    for (const auto &[kernel, stream] : log.calls) {
+        if (kernel != last) runs.emplace_back();
+        runs.back().push_back(stream);
+        last = kernel;
+    }
+    int64_t multi_tile_runs = 0, tile_calls = 0;
+    const DeviceStream *s0 = nullptr, *s1 = nullptr;
+    for (const auto &r : runs) {
+        if (r.size() == 1 && r[0] == nullptr) continue;  // the head: the default stream
+        tile_calls += (int64_t)r.size();
+        ASSERT_GT(r.size(), 1u) << "every segment has several tiles here";
+        multi_tile_runs++;
+        if (!s0) s0 = r[0], s1 = r[1];
+        for (size_t k = 0; k < r.size(); k++) EXPECT_EQ(r[k], k % 2 ? s1 : s0) << "call " << k << " of a segment";
+    }
+    EXPECT_EQ(tile_calls, two.tiles);
+    EXPECT_NE(s0, nullptr);
+    EXPECT_NE(s1, nullptr);
+    EXPECT_NE(s0, s1);
+    EXPECT_EQ(two.tiles_on_two_streams, two.tiles - multi_tile_runs) << "every tile but each segment's first";
 }
 
 TEST(CudaLibraries, TinyCnnTiledStepOnTheGpuEqualsTheCpu) {
@@ -174,6 +255,10 @@ TEST(CudaLibraries, TinyCnnTiledStepOnTheGpuEqualsTheCpu) {
     EXPECT_EQ(gpu.tiles, cpu.tiles);
     ParamStore names(m, nullptr);
     expect_same_step(gpu, cpu, names, 1e-5);
+    StepResult two = run_step(m, layout, tiny_cnn_cuda_kernels(m, nullptr), tiles, true, images, labels, 3,
+                              DeviceOverlap::TwoStreams);
+    EXPECT_GT(two.tiles_on_two_streams, 0);
+    expect_same_step(two, cpu, names, 1e-5);
 }
 
 TEST(CudaLibraries, Vgg16TiledOnTheGpuEqualsOneTile) {
@@ -190,6 +275,17 @@ TEST(CudaLibraries, Vgg16TiledOnTheGpuEqualsOneTile) {
     EXPECT_GT(tiled.tiles, 3 * whole.tiles);
     ParamStore names(m, nullptr);
     expect_same_step(tiled, whole, names, 1e-4);
+    StepResult two = run_step(m, layout, vgg16_cuda_kernels(m, nullptr), {{5, 3}, {3, 2}, {2, 3}}, true, images,
+                              labels, 4, DeviceOverlap::TwoStreams);
+    EXPECT_GT(two.tiles_on_two_streams, 0);
+    expect_same_step(two, whole, names, 1e-4);
+    // A cap that the biggest call fits alone but not twice: that segment
+    // (at least) runs on one stream, and the step fits.
+    StepResult capped = run_step(m, layout, vgg16_cuda_kernels(m, nullptr), {{5, 3}, {3, 2}, {2, 3}}, true, images,
+                                 labels, 4, DeviceOverlap::TwoStreams, tiled.device_peak);
+    EXPECT_LT(capped.tiles_on_two_streams, two.tiles_on_two_streams);
+    EXPECT_LE(capped.device_peak, tiled.device_peak);
+    expect_same_step(capped, whole, names, 1e-4);
 }
 
 TEST(CudaLibraries, DeviceMemoryIsCountedAndCapped) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "HalideRuntime.h"
 #include "runtime/device_memory.h"
@@ -18,6 +20,10 @@ struct FakeDriver {
     unsigned long long next = 0x1000;
     std::map<unsigned long long, size_t> live;
     int allocs = 0, frees = 0;
+    // Streams: what was made, in which context, and what happened to each.
+    int streams_made = 0;
+    std::vector<std::string> stream_calls;  // "sync 1", "destroy 1" (streams numbered from 1)
+    void *current_context = nullptr;
 };
 FakeDriver &fake() {
     static FakeDriver d;
@@ -39,6 +45,33 @@ extern "C" int cuMemFree_v2(unsigned long long ptr) {
     FakeDriver &d = fake();
     d.frees++;
     return d.live.erase(ptr) ? 0 : 1;  // CUDA_ERROR_INVALID_VALUE for a pointer it never gave
+}
+
+// A stream is its number, cast to a pointer.
+extern "C" int cuStreamCreate(void **stream, unsigned flags) {
+    FakeDriver &d = fake();
+    if (flags != 0) return 1;  // segtile asks for the default flags
+    *stream = reinterpret_cast<void *>((uintptr_t)++d.streams_made);
+    return 0;
+}
+extern "C" int cuStreamSynchronize(void *stream) {
+    fake().stream_calls.push_back("sync " + std::to_string((uintptr_t)stream) + " in " +
+                                  std::to_string((uintptr_t)fake().current_context));
+    return 0;
+}
+extern "C" int cuStreamDestroy_v2(void *stream) {
+    fake().stream_calls.push_back("destroy " + std::to_string((uintptr_t)stream) + " in " +
+                                  std::to_string((uintptr_t)fake().current_context));
+    return 0;
+}
+extern "C" int cuCtxPushCurrent_v2(void *ctx) {
+    fake().current_context = ctx;
+    return 0;
+}
+extern "C" int cuCtxPopCurrent_v2(void **ctx) {
+    *ctx = fake().current_context;
+    fake().current_context = nullptr;
+    return 0;
 }
 
 namespace {
@@ -158,6 +191,70 @@ TEST(DeviceMemory, AllocationsOutlivingTheirLedgerAreFreedSafely) {
     EXPECT_EQ(dfree(b), 0);
     EXPECT_EQ(segtile::device_bytes_live(), live_before);
     EXPECT_EQ(dfree(0xdead), 1) << "the driver's own answer for a pointer it never gave";
+}
+
+TEST(DeviceMemory, AScopeKnowsTheMostItsLedgerHeld) {
+    // What the executor reads after a segment's first call to decide
+    // whether two calls at once fit the cap.
+    AllocFn alloc = runtime_alloc();
+    FreeFn dfree = runtime_free();
+    MemoryLedger ledger;
+    unsigned long long before = 0, a = 0, b = 0, c = 0;
+    ASSERT_EQ(alloc(&before, 64), 0);  // no scope: charged to none
+    {
+        DeviceMemoryScope outside(&ledger, 0);
+        ASSERT_EQ(alloc(&before, 500), 0);
+    }
+    DeviceMemoryScope scope(&ledger, 0);
+    EXPECT_EQ(scope.held_at_start(), 500);
+    ASSERT_EQ(alloc(&a, 100), 0);
+    ASSERT_EQ(alloc(&b, 200), 0);
+    ASSERT_EQ(dfree(b), 0);
+    ASSERT_EQ(alloc(&c, 50), 0);
+    EXPECT_EQ(scope.peak_held(), 800) << "500 before, then 100 + 200 at once";
+    EXPECT_EQ(ledger.current(kDevice), 650);
+    dfree(a);
+    dfree(c);
+    dfree(before);
+}
+
+TEST(DeviceMemory, StreamsAreMadeOnFirstUseInTheRuntimesContextAndGoAfterTheirWork) {
+    runtime_alloc();  // the runtime has found the driver, as before any kernel call
+    const int made = fake().streams_made;
+    fake().stream_calls.clear();
+    void *const cu_context = reinterpret_cast<void *>(uintptr_t(77));
+    void *s = reinterpret_cast<void *>(uintptr_t(1234));
+    segtile::KernelContext plain;
+    EXPECT_EQ(segtile::device_stream_for(nullptr, cu_context, &s), 0);
+    EXPECT_EQ(s, nullptr) << "no user context: Halide's default stream";
+    EXPECT_EQ(segtile::device_stream_for(&plain, cu_context, &s), 0);
+    EXPECT_EQ(s, nullptr) << "a context naming no stream: the default stream";
+    EXPECT_EQ(fake().streams_made, made);
+    void *first = nullptr, *second = nullptr, *again = nullptr;
+    {
+        segtile::DeviceStreams streams;
+        segtile::KernelContext a, b;
+        a.stream = &streams[0];
+        b.stream = &streams[1];
+        EXPECT_EQ(streams.created(), 0);
+        ASSERT_EQ(segtile::device_stream_for(&a, cu_context, &first), 0);
+        ASSERT_EQ(segtile::device_stream_for(&a, cu_context, &again), 0);
+        ASSERT_EQ(segtile::device_stream_for(&b, cu_context, &second), 0);
+        EXPECT_NE(first, nullptr);
+        EXPECT_EQ(again, first) << "made once, then reused";
+        EXPECT_NE(second, first);
+        EXPECT_EQ(streams.created(), 2);
+        EXPECT_EQ(fake().streams_made - made, 2);
+        EXPECT_TRUE(fake().stream_calls.empty());
+    }
+    // Each waited for and destroyed, with the runtime's context current.
+    const std::string ctx = " in 77";
+    EXPECT_EQ(fake().stream_calls,
+              (std::vector<std::string>{"sync " + std::to_string((uintptr_t)first) + ctx,
+                                        "destroy " + std::to_string((uintptr_t)first) + ctx,
+                                        "sync " + std::to_string((uintptr_t)second) + ctx,
+                                        "destroy " + std::to_string((uintptr_t)second) + ctx}));
+    EXPECT_EQ(fake().current_context, nullptr) << "popped again";
 }
 
 }  // namespace
