@@ -127,20 +127,20 @@ private:
     DeviceStream *stream_ = nullptr;
 };
 
-ModelKernels log_streams(ModelKernels k, StreamLog *log) {
+// Every kernel of `k` inside a Wrapper(kernel, arg).
+template <typename Wrapper, typename Arg>
+ModelKernels wrap_kernels(ModelKernels k, Arg arg) {
     for (auto *list : {&k.forward, &k.backward})
         for (auto &kernel : *list)
-            if (kernel) kernel = std::make_unique<StreamLogKernel>(std::move(kernel), log);
-    k.head = std::make_unique<StreamLogKernel>(std::move(k.head), log);
+            if (kernel) kernel = std::make_unique<Wrapper>(std::move(kernel), arg);
+    k.head = std::make_unique<Wrapper>(std::move(k.head), arg);
     return k;
 }
 
+ModelKernels log_streams(ModelKernels k, StreamLog *log) { return wrap_kernels<StreamLogKernel>(std::move(k), log); }
+
 ModelKernels count_clean_inputs(ModelKernels k, int *clean) {
-    for (auto *list : {&k.forward, &k.backward})
-        for (auto &kernel : *list)
-            if (kernel) kernel = std::make_unique<InputFlagsKernel>(std::move(kernel), clean);
-    k.head = std::make_unique<InputFlagsKernel>(std::move(k.head), clean);
-    return k;
+    return wrap_kernels<InputFlagsKernel>(std::move(k), clean);
 }
 
 // tiny_cnn cut as its tiled CPU library, one random 40 x 33 image.
