@@ -456,8 +456,10 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
         // Two streams: tile k-2's gradients out of the partials' set before
         // tile k writes it (a CPU kernel writes it during the call, a GPU's
         // comes back later), while tile k-1 runs.
-        if (two && done) finish_tile(run, *done, params);
-        if (two) done.reset();
+        if (two && done) {
+            finish_tile(run, *done, params);
+            done.reset();
+        }
         launch_tile(run, *cur);
         if (!overlap) {
             collect_tile(run, *cur);
@@ -468,8 +470,10 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
         }
         // One stream: tile k-1's gradients while tile k runs. Two: tile
         // k-1's outputs back while tile k runs.
-        if (done) finish_tile(run, *done, params);
-        done.reset();
+        if (done) {
+            finish_tile(run, *done, params);
+            done.reset();
+        }
         if (flight) {
             collect_tile(run, *flight);
             done = std::move(flight);
