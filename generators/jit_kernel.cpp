@@ -1,6 +1,7 @@
 #include "generators/jit_kernel.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/gpu_schedule.h"
@@ -23,6 +24,21 @@ void jit_free(Halide::JITUserContext *uc, void *ptr) {
 }
 
 void jit_error(Halide::JITUserContext *uc, const char *msg) { static_cast<JitKernel::Context *>(uc)->error += msg; }
+
+// Where SEGTILE_DUMP_STMT / SEGTILE_DUMP_ASM (`value`) put this kernel's
+// dump: a folder (one that exists, or a value ending in '/') gets a file
+// per kernel, "darknet19_segment1_backward.stmt"; any other value is one
+// file, which each kernel compiled overwrites (a step compiles dozens).
+std::string dump_path(const std::string &value, const Model &m, KernelKind kind, int segment, const char *ext) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (value.empty() || (value.back() != '/' && !fs::is_directory(value, ec))) return value;
+    fs::create_directories(value, ec);
+    const char *pass = kind == KernelKind::Forward ? "forward" : kind == KernelKind::Backward ? "backward" : "head";
+    const std::string name = kind == KernelKind::Head ? c_identifier(m.name) + "_head"
+                                                      : c_identifier(m.name) + "_segment" + std::to_string(segment) + "_" + pass;
+    return (fs::path(value) / (name + ext)).string();
+}
 
 }  // namespace
 
@@ -50,9 +66,10 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
         // lowered statement and the assembly, written to the named files.
         const Halide::Target target = schedule == Schedule::Gpu ? segtile_cuda_target(jit) : jit;
         if (const char *d = std::getenv("SEGTILE_DUMP_STMT"))
-            Halide::Pipeline(out_funcs).compile_to_lowered_stmt(d, args, Halide::StmtOutputFormat::Text, target);
+            Halide::Pipeline(out_funcs).compile_to_lowered_stmt(dump_path(d, m, kind, segment, ".stmt"), args,
+                                                                Halide::StmtOutputFormat::Text, target);
         if (const char *d = std::getenv("SEGTILE_DUMP_ASM"))
-            Halide::Pipeline(out_funcs).compile_to_assembly(d, args, "kernel", target);
+            Halide::Pipeline(out_funcs).compile_to_assembly(dump_path(d, m, kind, segment, ".s"), args, "kernel", target);
         callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args, target);
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());
