@@ -1,6 +1,7 @@
 #include "bench/capped_step.h"
 
 #include <chrono>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -64,15 +65,19 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger), plan.tile_sizes(),
                            &ledger, halide_type_of<float>(), opt.checkpoint_dir);
     const double compile_seconds = std::chrono::duration<double>(clock::now() - t1).count();
-    if (opt.progress) {
+    if (opt.progress)
         std::fprintf(stderr, "compiled %zu segments in %.1f s\n", plan.segments.size(), compile_seconds);
-        exec.set_trace([&](const ExecutorEvent &e) {
-            if (e.category != "segment") return;
-            std::fprintf(stderr, "%s: %.3f s (working peak so far %s)\n", e.name.c_str(),
-                         std::chrono::duration<double>(e.end - e.start).count(),
+    // Time inside kernel calls (the head's too; on the CPU they read and
+    // write the checkpoint store in place, its page faults included); the
+    // rest of a step is the executor's: windows copied, gradients added.
+    double kernel_seconds = 0;
+    exec.set_trace([&](const ExecutorEvent &e) {
+        const double dt = std::chrono::duration<double>(e.end - e.start).count();
+        if (e.category == "kernel" || e.category == "head") kernel_seconds += dt;
+        if (opt.progress && e.category == "segment")
+            std::fprintf(stderr, "%s: %.3f s (working peak so far %s)\n", e.name.c_str(), dt,
                          format_bytes(ledger.peak(MemoryLedger::Kind::Working)).c_str());
-        });
-    }
+    });
     // The image is data, not working memory: (W, H, C, 1).
     Tensor image({size, size, m.input_channels, 1}, &ledger, MemoryLedger::Kind::Data);
     std::mt19937 rng(1);
@@ -101,20 +106,54 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     // Minor page faults per step: pages the step touched for the first
     // time (fresh blocks; with huge pages one fault per 2 MiB). A steady
     // step that still faults is not reusing its buffers (runtime/block_cache.h).
-    auto minor_faults = [] {
+    // Major faults and the bytes the process made the kernel read from or
+    // write to storage (/proc/self/io; -1 where it cannot be read): a
+    // checkpoint store in files larger than memory goes through the disk.
+    // And the seconds in which every running task of the machine waited on
+    // storage or on memory reclaim (pressure stall information, "full";
+    // the machine's, not the process's: read on a quiet machine), that is
+    // wall time the step lost to them.
+    struct Io {
+        double minor_faults, major_faults, read_bytes, write_bytes, io_stall, memory_stall;
+    };
+    auto full_stall_seconds = [](const char *path) {
+        std::ifstream f(path);
+        std::string line;
+        while (std::getline(f, line))
+            if (const auto at = line.find("total="); line.rfind("full", 0) == 0 && at != std::string::npos)
+                return std::stod(line.substr(at + 6)) * 1e-6;  // microseconds
+        return -1.0;
+    };
+    auto io_now = [&] {
         rusage u{};
         getrusage(RUSAGE_SELF, &u);
-        return (double)u.ru_minflt;
+        Io io{(double)u.ru_minflt, (double)u.ru_majflt, -1, -1, full_stall_seconds("/proc/pressure/io"),
+              full_stall_seconds("/proc/pressure/memory")};
+        std::ifstream f("/proc/self/io");
+        std::string key;
+        double v;
+        while (f >> key >> v) {
+            if (key == "read_bytes:") io.read_bytes = v;
+            if (key == "write_bytes:") io.write_bytes = v;
+        }
+        return io;
     };
     struct Timed {
-        double seconds, faults;
+        double seconds, kernel_seconds;
+        Io io;  // during the step
     };
     auto timed_step = [&] {
-        const double f0 = minor_faults();
+        const Io i0 = io_now();
+        kernel_seconds = 0;
         const auto t = clock::now();
         exec.step(image, labels, params);
         const double dt = std::chrono::duration<double>(clock::now() - t).count();
-        return Timed{dt, minor_faults() - f0};
+        const Io i1 = io_now();
+        auto delta = [](double a, double b) { return a < 0 || b < 0 ? -1 : b - a; };
+        return Timed{dt, kernel_seconds,
+                     Io{i1.minor_faults - i0.minor_faults, i1.major_faults - i0.major_faults,
+                        delta(i0.read_bytes, i1.read_bytes), delta(i0.write_bytes, i1.write_bytes),
+                        delta(i0.io_stall, i1.io_stall), delta(i0.memory_stall, i1.memory_stall)}};
     };
     if (opt.warm_up) {
         exec.step(image, labels, params);
@@ -135,8 +174,14 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     r.counters["compile_seconds"] = compile_seconds;
     r.counters["seconds_per_step"] = steady.seconds;
     r.counters["seconds_first_step"] = cold.seconds;
-    r.counters["minor_faults_per_step"] = steady.faults;
-    r.counters["minor_faults_first_step"] = cold.faults;
+    r.counters["minor_faults_per_step"] = steady.io.minor_faults;
+    r.counters["minor_faults_first_step"] = cold.io.minor_faults;
+    r.counters["major_faults_per_step"] = steady.io.major_faults;
+    r.counters["storage_read_bytes_per_step"] = steady.io.read_bytes;
+    r.counters["storage_write_bytes_per_step"] = steady.io.write_bytes;
+    r.counters["kernel_seconds_per_step"] = steady.kernel_seconds;
+    r.counters["io_stall_seconds_per_step"] = steady.io.io_stall;
+    r.counters["memory_stall_seconds_per_step"] = steady.io.memory_stall;
     r.counters["steps"] = 1;
     r.counters["step_gflop"] = flops * 1e-9;
     r.counters["gflops"] = flops / steady.seconds * 1e-9;

@@ -18,7 +18,18 @@ namespace segtile::bench {
 //   seconds_first_step (a step whose buffers all come fresh from the
 //   system, as an epoch's first; seconds_per_step is the next one's),
 //   minor_faults_first_step and minor_faults_per_step (pages each step
-//   touched fresh: buffers not reused, checkpoints read back from files)
+//   touched fresh: buffers not reused, checkpoints read back from files),
+//   major_faults_per_step, storage_read_bytes_per_step and
+//   storage_write_bytes_per_step (what went through the disk: a checkpoint
+//   store in files larger than memory; -1 without /proc/self/io),
+//   kernel_seconds_per_step (inside kernel calls, which on the CPU read
+//   and write the checkpoint store in place; the rest of seconds_per_step
+//   is the executor's copies and adds), io_stall_seconds_per_step and
+//   memory_stall_seconds_per_step (the machine's pressure stall "full"
+//   time: wall time every running task waited on storage or on memory
+//   reclaim; -1 without /proc/pressure; the kernel sums it every 2 s, so
+//   it means something for the scale run's steps of minutes, not for a
+//   step of a second)
 // peak_working_bytes counts the ledger's working memory (the executor's
 // tensors and every Halide allocation; the image and the checkpoint store
 // are reported apart). Throws PlanError when nothing fits the cap.

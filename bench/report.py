@@ -316,13 +316,26 @@ def scale_section(doc, out):
     out.append("`scale_bench`: one step (not the best of several: the first touch of every buffer is included), "
                "the planner's plan under an absolute working-memory cap, checkpoints in memory-mapped files "
                "(`--checkpoint_dir`). The high-water mark counts those files' pages resident at one time (since 3a62c45 "
-               "the executor drops them after each segment; before, the whole store's).\n")
+               "the executor drops them after each segment; before, the whole store's). \"in kernels\" is the time "
+               "inside kernel calls, which read and write the checkpoint files in place (their page faults included); "
+               "the rest is the executor's (window copies, gradient adds). Disk read and written: what the step made "
+               "the kernel read from or write to storage (`/proc/self/io`). Stalled: wall time in which every running "
+               "task of the machine waited on storage, or on memory reclaim (`/proc/pressure`, \"full\").\n")
 
     def key(b):
         model, size, cap = parse_step(b, r"BM_ScaleStep/([^/]+)/size:(\d+)/cap:([^/]+)")
         return [model, size, cap]
 
-    step_table(rows(doc), out, ["model", "size", "cap"], key, PLAN_COLUMNS)
+    # Where the step's time and pages went (counters since 2026-12-05; "—" in older files)
+    def io_bytes(v):
+        return gib(v) if v >= 0 else "—"
+    io_columns = [("in kernels s", "kernel_seconds_per_step", num),
+                  ("major faults", "major_faults_per_step", lambda v: num(v, 0)),
+                  ("disk read", "storage_read_bytes_per_step", io_bytes),
+                  ("disk written", "storage_write_bytes_per_step", io_bytes),
+                  ("stalled on I/O s", "io_stall_seconds_per_step", lambda v: num(v) if v >= 0 else "—"),
+                  ("stalled on reclaim s", "memory_stall_seconds_per_step", lambda v: num(v) if v >= 0 else "—")]
+    step_table(rows(doc), out, ["model", "size", "cap"], key, PLAN_COLUMNS + io_columns)
 
 
 def main():
