@@ -34,10 +34,10 @@ std::string dump_path(const std::string &value, const Model &m, KernelKind kind,
     std::error_code ec;
     if (value.empty() || (value.back() != '/' && !fs::is_directory(value, ec))) return value;
     fs::create_directories(value, ec);
-    const char *pass = kind == KernelKind::Forward ? "forward" : kind == KernelKind::Backward ? "backward" : "head";
-    const std::string name = kind == KernelKind::Head ? c_identifier(m.name) + "_head"
-                                                      : c_identifier(m.name) + "_segment" + std::to_string(segment) + "_" + pass;
-    return (fs::path(value) / (name + ext)).string();
+    const std::string kernel = kind == KernelKind::Head      ? "_head"
+                               : kind == KernelKind::Forward ? "_segment" + std::to_string(segment) + "_forward"
+                                                             : "_segment" + std::to_string(segment) + "_backward";
+    return (fs::path(value) / (c_identifier(m.name) + kernel + ext)).string();
 }
 
 }  // namespace

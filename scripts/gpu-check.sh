@@ -94,6 +94,12 @@ nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$out/idle-me
 
 run_limited exactness 150 "$bundle/bin/cuda_tiled_test" --gtest_output="json:$out/exactness.json"
 
+# One segtile step, $name, of the loop below: $model at $size, in $overlap.
+segtile_step() {
+  run_sampled "$name" "$limit" "$bundle/bin/segtile_gpu_check" "$model" "$size" "$TILE_PX" "$out/$name.json" \
+    $((CAP_GIB * 1024 * 1024 * 1024)) "$overlap" $compare
+}
+
 # Size by size, baselines then segtile, so that what a short budget cuts is
 # the largest size.
 for size in $SIZES; do
@@ -115,20 +121,17 @@ for size in $SIZES; do
   [ "$size" = "${SIZES%% *}" ] && compare=compare
   # Darknet19 first: the cheaper step, so a short budget cuts VGG16's.
   for model in darknet19 vgg16; do
-    run_sampled "segtile_${model}_${size}" "$limit" \
-      "$bundle/bin/segtile_gpu_check" "$model" "$size" "$TILE_PX" "$out/segtile_${model}_${size}.json" \
-      $((CAP_GIB * 1024 * 1024 * 1024)) "$overlap" $compare
+    name="segtile_${model}_${size}"
+    segtile_step
     # Two streams had not run on a GPU when this was written: if a step
     # fails on them (not a timeout), the rest of the check runs without,
     # starting with that step again (its failure stays in *_streams.*).
-    if [ "$overlap" = streams ] && ! grep -qE '^(0|124|137|skipped)$' "$out/segtile_${model}_${size}.rc"; then
+    if [ "$overlap" = streams ] && ! grep -qE '^(0|124|137|skipped)$' "$out/$name.rc"; then
       for f in json log rc mem.csv; do
-        [ -e "$out/segtile_${model}_${size}.$f" ] && mv "$out/segtile_${model}_${size}.$f" "$out/segtile_${model}_${size}_streams.$f"
+        [ -e "$out/$name.$f" ] && mv "$out/$name.$f" "$out/${name}_streams.$f"
       done
       overlap=host
-      run_sampled "segtile_${model}_${size}" "$limit" \
-        "$bundle/bin/segtile_gpu_check" "$model" "$size" "$TILE_PX" "$out/segtile_${model}_${size}.json" \
-        $((CAP_GIB * 1024 * 1024 * 1024)) "$overlap" $compare
+      segtile_step
     fi
   done
 done
