@@ -416,8 +416,10 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
     merge.split(ci, cio, cii, in_block, Halide::TailStrategy::RoundUp)
         .split(co, coo, coi, out_block, Halide::TailStrategy::RoundUp)
         .reorder(order).unroll(cii).unroll(coi).parallel(coo);
-    if (extent.defined())
-        merge.specialize(extent <= kNarrowVectors * width).reorder(ri, cii, coi).atomic().vectorize(ri);
+    const Expr narrow = extent.defined() ? schedule::specialization_condition(merge, extent <= kNarrowVectors * width)
+                                         : Expr();
+    if (narrow.defined())
+        merge.specialize(narrow).reorder(ri, cii, coi).atomic().vectorize(ri);
     intm.compute_at(f, taps > 1 ? ky : kx).bound_storage(u, width).bound_storage(kx, taps).bound_storage(ky, 1)
         .bound_storage(ci, in_block).bound_storage(co, out_block);
     // rfactor stores u outermost
@@ -448,8 +450,10 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
         st.vectorize(u).unroll(ci).unroll(co);
         if (taps > 1) st.unroll(kx);
     };
-    if (columns.size() > block_vars.size() + 1 && extent.defined())
-        block(intm.update(0).specialize(extent <= kNarrowVectors * width).reorder(columns));
+    const Expr narrow_rows =
+        extent.defined() ? schedule::specialization_condition(intm.update(0), extent <= kNarrowVectors * width) : Expr();
+    if (columns.size() > block_vars.size() + 1 && narrow_rows.defined())
+        block(intm.update(0).specialize(narrow_rows).reorder(columns));
     block(intm.update(0).reorder(rows));
     if (debug())
         std::fprintf(stderr, "schedule_cpu: weight-gradient blocks %s: %d lanes x %d taps x %d x %d%s\n",

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "generators/kernel_pipeline.h"
+#include "spec/kernel_error.h"
 
 namespace segtile {
 
@@ -16,13 +17,18 @@ int64_t LoweredKernelMemory::peak(const SegmentLayout &layout, KernelKind kind, 
     auto it = cache_.find(key);
     auto what = [&] {  // only for messages: peak() runs in the planner's inner loop
         return std::string(kind == KernelKind::Forward ? "forward" : kind == KernelKind::Backward ? "backward" : "head") +
-               " kernel of layers " + model_.layers[first].name + ".." + model_.layers[last].name;
+               " kernel of " + layer_span(model_, first, last);
     };
     if (it == cache_.end()) {
         const auto start = std::chrono::steady_clock::now();
-        KernelPipeline kp = kernel_pipeline(model_, layout, kind, segment, type_);
-        schedule_(kp.outputs);
-        it = cache_.emplace(key, std::make_unique<LoweredMemory>(kp.outputs, kp.args, target_)).first;
+        try {
+            KernelPipeline kp = kernel_pipeline(model_, layout, kind, segment, type_);
+            schedule_(kp.outputs);
+            it = cache_.emplace(key, std::make_unique<LoweredMemory>(kp.outputs, kp.args, target_)).first;
+        } catch (const Halide::Error &e) {
+            throw KernelError("planning: lowering " + kernel_description(model_, layout, kind, segment) +
+                              " to size its memory: Halide: " + e.what());
+        }
         if (progress_) {
             char line[64];
             std::snprintf(line, sizeof line, " (%.1f s; %d kernels so far)",

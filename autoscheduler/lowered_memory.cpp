@@ -307,16 +307,13 @@ LoweredMemory::LoweredMemory(const std::vector<Halide::Func> &outputs, const std
                              const Halide::Target &target)
     : device_(target.has_gpu_feature()) {
     CaptureStmt capture;
+    // A Halide::Error propagates: the caller knows which kernel this is.
     Halide::Module mod = [&] {
-        try {
-            Halide::Pipeline p(outputs);
-            if (device_) p.add_custom_lowering_pass(&capture, [] {});
-            Halide::Module m = p.compile_to_module(args, "lowered_memory", target);
-            p.clear_custom_lowering_passes();
-            return m;
-        } catch (const Halide::Error &e) {
-            throw std::runtime_error(std::string("Halide: ") + e.what());
-        }
+        Halide::Pipeline p(outputs);
+        if (device_) p.add_custom_lowering_pass(&capture, [] {});
+        Halide::Module m = p.compile_to_module(args, "lowered_memory", target);
+        p.clear_custom_lowering_passes();
+        return m;
     }();
     if (device_) {
         body_ = capture.captured;

@@ -8,6 +8,7 @@
 #include "generators/kernel_pipeline.h"
 #include "generators/kernels.h"
 #include "runtime/device_memory.h"
+#include "spec/kernel_error.h"
 
 namespace segtile {
 
@@ -45,10 +46,7 @@ std::string dump_path(const std::string &value, const Model &m, KernelKind kind,
 JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment, Halide::Type t,
                      MemoryLedger *ledger, const std::set<std::string> &only, Schedule schedule,
                      const PeerSchedule &peer) {
-    KernelPipeline kp = kernel_pipeline(m, layout, kind, segment, t, only);
-    sig_ = kp.signature;
-    const std::vector<Halide::Func> &out_funcs = kp.outputs;
-    const std::vector<Halide::Argument> &args = kp.args;
+    what_ = kernel_description(m, layout, kind, segment);
     if (schedule == Schedule::Gpu) {
         // The JIT's CUDA runtime finds the driver's allocator through these
         // handlers: the counting one charges device memory to the ledger.
@@ -57,6 +55,10 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
         Halide::Internal::JITSharedRuntime::set_default_handlers(h);
     }
     try {
+        KernelPipeline kp = kernel_pipeline(m, layout, kind, segment, t, only);
+        sig_ = kp.signature;
+        const std::vector<Halide::Func> &out_funcs = kp.outputs;
+        const std::vector<Halide::Argument> &args = kp.args;
         const Halide::Target jit = Halide::get_jit_target_from_environment();
         if (schedule == Schedule::Cpu) schedule_cpu(out_funcs, jit);
         else if (schedule == Schedule::Peer) apply_peer_schedule(m, sig_, out_funcs, peer, jit);
@@ -72,7 +74,7 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
             Halide::Pipeline(out_funcs).compile_to_assembly(dump_path(d, m, kind, segment, ".s"), args, "kernel", target);
         callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args, target);
     } catch (const Halide::Error &e) {
-        throw std::runtime_error(std::string("Halide: ") + e.what());
+        throw KernelError("compiling " + what_ + ": Halide: " + e.what());
     }
     ctx_.ledger = ledger;
     ctx_.handlers.custom_malloc = jit_malloc;
@@ -87,7 +89,7 @@ void JitKernel::call(const std::vector<void *> &args) {
     for (size_t i = 0; i < args.size(); i++) argv[i + 1] = args[i];
     ctx_.error.clear();
     if (int err = callable_.call_argv_fast(argv.size(), argv.data()))
-        throw std::runtime_error("JIT kernel failed (" + std::to_string(err) + "): " + ctx_.error);
+        throw KernelError("running " + what_ + ": Halide runtime error " + std::to_string(err) + ": " + ctx_.error);
 }
 
 }  // namespace segtile

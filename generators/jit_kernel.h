@@ -35,6 +35,7 @@ public:
 
 private:
     std::vector<KernelArg> sig_;
+    std::string what_;  // kernel_description(), for errors
     Halide::Callable callable_;
     Context ctx_;
 };

@@ -16,6 +16,21 @@ std::string c_identifier(const std::string &s) {
     return o;
 }
 
+std::string layer_span(const Model &m, int first, int last) {
+    const int L = (int)m.layers.size();
+    if (first > last || first < 0 || last >= L) return "no layers (the loss alone)";
+    if (first == last) return "layer " + m.layers[first].name;
+    return "layers " + m.layers[first].name + ".." + m.layers[last].name;
+}
+
+std::string kernel_description(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment) {
+    const auto [first, last] = kernel_layers(m, layout, kind, segment);
+    const std::string which = kind == KernelKind::Head ? "the head kernel"
+                              : std::string("the ") + (kind == KernelKind::Forward ? "forward" : "backward") +
+                                    " kernel of segment " + std::to_string(segment);
+    return "model '" + m.name + "', " + which + " (" + layer_span(m, first, last) + ")";
+}
+
 const char *loss_target_name(const Model &m) {
     return m.loss.kind == LossKind::SoftmaxCrossEntropy ? "labels" : "dense_target";
 }

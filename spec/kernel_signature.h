@@ -42,6 +42,12 @@ struct KernelArg {
 
 std::string tensor_name(const Model &m, int tensor);  // layer name, or "image"
 std::string c_identifier(const std::string &s);       // "features.0.weight" -> "features_0_weight"
+// For messages: "layers conv1..relu3", "layer fc", or "no layers (the loss
+// alone)" for a kernel whose range is empty (first > last: an mse head).
+std::string layer_span(const Model &m, int first, int last);
+// For messages: "model 'unet', the backward kernel of segment 1 (layers
+// enc1..pool2)"; "the head kernel (...)" for KernelKind::Head.
+std::string kernel_description(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment);
 // The head's label argument: "labels" (softmax) or "dense_target" (mse;
 // "target" is taken by Halide's generators).
 const char *loss_target_name(const Model &m);

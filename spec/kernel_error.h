@@ -1,0 +1,17 @@
+// A kernel that failed to build, lower or run: always a segtile bug, never
+// the user's input (bad input is refused before any kernel is built). The
+// message names the model, the segment and the kernel, then Halide's words.
+// `segtile` maps it to exit status 70 and asks for a report.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace segtile {
+
+class KernelError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+}  // namespace segtile
