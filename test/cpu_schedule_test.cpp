@@ -12,8 +12,10 @@
 
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/lowered_memory.h"
+#include "generators/jit_kernel.h"
 #include "generators/kernel_pipeline.h"
 #include "generators/training_step.h"
+#include "runtime/executor.h"
 #include "spec/builder.h"
 #include "spec/kernel_call.h"
 #include "spec/tiling.h"
@@ -87,6 +89,55 @@ TEST(CpuSchedule, PartialTasksOfRowsAndChannelsMatchReference) {
                         .loss(LossKind::MeanSquaredError)
                         .build();
     expect_same_step(m, 34, 38, 2);
+}
+
+// Skip joins untiled behind three downsamplings (resnet18's shape, small):
+// autodiff bounds a weight gradient's reduction by a chain of lets over the
+// image's extent, which Halide refused as a specialization condition
+// ("depends on Var or RVar t159"): resnet18 and unet did not compile
+// untiled, nor this model.
+TEST(CpuSchedule, ResidualAddUntiledMatchesReference) {
+    const Model m = segtile::testing::net(3)
+                        .conv2d("stem", 4, 7).stride(2).padding(3)
+                        .max_pool("maxpool", 3).stride(2).padding(1)
+                        .conv2d("a1", 4, 3).padding(1)
+                        .add("add1", {"a1", "maxpool"})
+                        .conv2d("b1", 8, 3).stride(2).padding(1)
+                        .conv2d("b2", 8, 3).padding(1)
+                        .conv2d("bd", 8, 1).stride(2).inputs({"add1"})
+                        .add("add2", {"b2", "bd"})
+                        .conv2d("c1", 8, 3).stride(2).padding(1)
+                        .relu("r2")
+                        .global_avg_pool("pool")
+                        .flatten("flat")
+                        .dense("fc", 2)
+                        .build();
+    // The program's untiled step: the whole model in the head kernel.
+    MemoryLedger ledger;
+    const SegmentLayout layout = untiled_layout(m, false);
+    SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(64), &ledger, Schedule::Cpu), {},
+                           &ledger, halide_type_of<double>());
+    std::mt19937 rng(5);
+    Halide::Buffer<double> image = segtile::testing::random_buffer({96, 128, 3, 1}, rng);
+    Halide::Buffer<> labels = segtile::testing::random_labels_or_target(m, 96, 128, 1, rng);
+    auto params = segtile::testing::random_params(m, rng);
+    ParamStore store(m, &ledger, halide_type_of<double>());
+    for (size_t p = 0; p < params.size(); p++) {
+        Halide::Buffer<double> src(params[p]);
+        std::copy(src.begin(), src.end(), store.values[p].as<double>());
+    }
+    Tensor images({96, 128, 3, 1}, nullptr, MemoryLedger::Kind::Data, halide_type_of<double>());
+    std::copy(image.begin(), image.end(), images.as<double>());
+    const double loss = exec.step(images, Halide::Runtime::Buffer<>(*labels.raw_buffer()), store);
+    auto ref = JitTrainingStep(m, Halide::Float(64), Schedule::Reference).run(image, labels, params);
+    EXPECT_NEAR(loss, ref.loss, 1e-12 * std::abs(ref.loss));
+    const auto specs = m.params();
+    for (size_t p = 0; p < specs.size(); p++) {
+        if (!specs[p].trainable) continue;
+        Halide::Buffer<double> r(ref.grads[p]);
+        EXPECT_LE(segtile::testing::rel_diff(store.grads[p].as<double>(), r.begin(), r.number_of_elements()), 1e-10)
+            << specs[p].name;
+    }
 }
 
 // The allocations of a lowered kernel, names left out: the types and

@@ -43,6 +43,21 @@ TEST(Segments, SkipTensorsCrossingACutAreCheckpoints) {
     EXPECT_EQ(names(m, l.head_inputs), std::vector<std::string>{"head"});
 }
 
+// A dense loss's head kernel holds no layer (head_first is past the last):
+// its description says so. It read m.layers[head_first] past the end, a
+// segfault in `segtile train --model unet` while planning.
+TEST(Signatures, AHeadKernelWithNoLayersIsDescribedAsTheLossAlone) {
+    Model m = load_model("unet");
+    SegmentLayout l = make_segments(m, parse_cuts(m, "pool1,up2"));
+    EXPECT_EQ(kernel_description(m, l, KernelKind::Head, 0), "model 'unet', the head kernel (no layers (the loss alone))");
+    EXPECT_EQ(kernel_description(m, l, KernelKind::Backward, 1),
+              "model 'unet', the backward kernel of segment 1 (layers " + m.layers[l.segments[1].first].name + ".." +
+                  m.layers[l.segments[1].last].name + ")");
+    Model v = load_model("vgg16");
+    EXPECT_EQ(kernel_description(v, make_segments(v, parse_cuts(v, "pool5")), KernelKind::Head, 0),
+              "model 'vgg16', the head kernel (layers gap..fc)");
+}
+
 // Training asks for no image gradient: no kernel gives it, except a
 // backward kernel that would have no output without it.
 TEST(Signatures, ImageGradientOnlyWhereAskedOrNeeded) {
