@@ -54,7 +54,7 @@ TEST(Signatures, AHeadKernelWithNoLayersIsDescribedAsTheLossAlone) {
               "model 'unet', the backward kernel of segment 1 (layers " + m.layers[l.segments[1].first].name + ".." +
                   m.layers[l.segments[1].last].name + ")");
     Model v = load_model("vgg16");
-    EXPECT_EQ(kernel_description(v, make_segments(v, parse_cuts(v, "pool5")), KernelKind::Head, 0),
+    EXPECT_EQ(kernel_description(v, make_segments(v, parse_cuts(v, "pool4")), KernelKind::Head, 0),
               "model 'vgg16', the head kernel (layers gap..fc)");
 }
 
