@@ -43,7 +43,7 @@ struct CapSpec {
 
 struct SizeCase {
     int width = 0, height = 0;
-    std::string why;  // "min", "min+1", "thin", "random"
+    std::string why;  // "min", "min+1", "thin", "random", "large"
     std::vector<CapSpec> caps;
 };
 
@@ -254,10 +254,19 @@ inline ModelCase draw_model(uint64_t seed) {
         int upscale = 1;
         std::vector<std::string> kinds;
         bool dag = false;
+        // Earlier tensors with the extent of x at every image size (no layer
+        // since them changed extents): what a long skip may read. The image
+        // is one, so later segments can read the image's checkpoint.
+        std::vector<T> same_extent = {x};
         while (used < budget) {
+            const size_t layers_before = g.layers_.size();
             const int left = budget - used;
-            enum Block { Conv, ConvAct, ConvBnAct, Act, Bn, Pool, Up, Residual, ResidualDown, Residual3, Concat, UNet, UpDown };
+            enum Block { Conv, ConvAct, ConvBnAct, Act, Bn, Pool, Up, Residual, ResidualDown, Residual3, Concat, UNet, UpDown, LongSkip };
             std::vector<std::pair<Block, double>> choices = {{Conv, 3}, {Act, 1}, {Bn, 0.5}, {Pool, 1.5}};
+            std::vector<T> skips;
+            for (const auto &t : same_extent)
+                if (t.name != x.name) skips.push_back(t);
+            if (!skips.empty()) choices.push_back({LongSkip, 2});
             if (left >= 2) {
                 choices.push_back({ConvAct, 3});
                 choices.push_back({Concat, 1.5});
@@ -385,6 +394,19 @@ inline ModelCase draw_model(uint64_t seed) {
                 kinds.push_back("unet");
                 break;
             }
+            case LongSkip: {
+                // add (equal channels) or concat x with an earlier tensor of
+                // its extent, across whatever layers and cuts lie between.
+                const T t = g.pick(skips);
+                const bool swap = g.chance(0.5);
+                const std::vector<T> in = swap ? std::vector<T>{t, x} : std::vector<T>{x, t};
+                if (t.ch == x.ch && g.chance(0.6)) x = g.emit("add", json::object(), in, x.ch);
+                else x = g.emit("concat", json::object(), in, x.ch + t.ch);
+                used += 1;
+                dag = true;
+                kinds.push_back(t.name == "input" ? "skip-from-image" : "long-skip");
+                break;
+            }
             case UpDown: {
                 // upsample 2 -> 3x3 stride-2 pad-1 conv (back to n) -> add with x.
                 T u = g.upsample(x, 2);
@@ -396,10 +418,29 @@ inline ModelCase draw_model(uint64_t seed) {
                 break;
             }
             }
+            const size_t fixup_at = g.layers_.size();
             if (x.ch > 12) {  // keep concats from widening without bound
                 x = g.conv(x, g.uniform(2, 8), false);
                 used++;
             }
+            // Did the block change extents? The DAG blocks keep them by
+            // construction; for the others every conv and pool must.
+            auto identity = [&](size_t from, size_t to) {
+                for (size_t i = from; i < to; i++) {
+                    const json &l = g.layers_[i];
+                    const std::string type = l["type"];
+                    const int k = l.value("kernel", 1), st = l.value("stride", type == "conv2d" ? 1 : k),
+                              pd = l.value("padding", 0), d = l.value("dilation", 1);
+                    if ((type == "conv2d" || type == "max_pool" || type == "avg_pool") && !(st == 1 && 2 * pd == d * (k - 1)))
+                        return false;
+                    if (type == "upsample") return false;
+                }
+                return true;
+            };
+            const bool dag_block = b == Residual || b == Residual3 || b == Concat || b == UNet || b == UpDown || b == LongSkip;
+            const bool keeps = (dag_block || identity(layers_before, fixup_at)) && identity(fixup_at, g.layers_.size());
+            if (!keeps) same_extent.clear();
+            same_extent.push_back(x);
         }
 
         // The head.
@@ -499,7 +540,8 @@ inline ModelCase draw_model(uint64_t seed) {
         const int max_side = std::max(min_side + 2, 64 / std::max(1, upscale / 2));
         for (int k = 0; k < nsizes; k++) {
             SizeCase s;
-            s.why = g.weighted<std::string>({{"min", 1}, {"min+1", 2}, {"thin", 1.5}, {"random", 3}});
+            s.why = g.weighted<std::string>(
+                {{"min", 1}, {"min+1", 2}, {"thin", 1.5}, {"random", 3}, {"large", upscale <= 2 && !flatten_dense ? 0.6 : 0}});
             if (s.why == "min") {
                 s.width = s.height = min_side;
                 if (g.chance(0.5)) s.width = valid_near(g.uniform(min_side, max_side));
@@ -513,6 +555,10 @@ inline ModelCase draw_model(uint64_t seed) {
                 s.width = valid_near(std::max(min_side, g.uniform(6, 10)));
                 s.height = valid_near(g.uniform(150, 220) / std::max(1, upscale));
                 if (g.chance(0.5)) std::swap(s.width, s.height);
+            } else if (s.why == "large") {
+                // The sizes of the reports (96x128, 97x131), at 1-12 channels.
+                s.width = valid_near(g.uniform(65, 131) / upscale);
+                s.height = valid_near(g.uniform(65, 131) / upscale);
             } else {
                 s.width = valid_near(g.uniform(min_side, max_side));
                 s.height = valid_near(g.uniform(min_side, max_side));
