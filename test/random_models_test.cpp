@@ -297,6 +297,55 @@ private:
         return ref;
     }
 
+    // The untiled step in float64 from the float32 step's inputs (compiled
+    // only when a draw mismatches).
+    struct Oracle {
+        bool ready = false;
+        double loss = 0;
+        std::vector<std::vector<double>> grads;
+        std::vector<double> prediction, grad_image;
+    };
+    const Oracle &oracle(int si) {
+        Oracle &o = oracles_[si];
+        if (o.ready) return o;
+        const Reference &ref = refs_.at(si);
+        const SegmentLayout layout = untiled_layout(m_, mc_.image_gradient);
+        if (!oracle_kernel_)
+            oracle_kernel_ = std::make_shared<JitKernel>(m_, layout, KernelKind::Head, 0, Halide::Float(64), &oracle_ledger_,
+                                                         std::set<std::string>{}, Schedule::Cpu);
+        ModelKernels k;
+        k.head = std::make_unique<SharedKernel>(oracle_kernel_);
+        const halide_type_t f64 = halide_type_of<double>();
+        SegmentedExecutor exec(m_, layout, std::move(k), {}, &oracle_ledger_, f64);
+        ParamStore store(m_, &oracle_ledger_, f64);
+        for (size_t p = 0; p < store.values.size(); p++)
+            for (int64_t i = 0; i < store.values[p].numel(); i++)
+                store.values[p].as<double>()[i] = (double)tiled_store_.values[p].data()[i];
+        Tensor images(ref.images.dims(), nullptr, MemoryLedger::Kind::Data, f64);
+        for (int64_t i = 0; i < images.numel(); i++) images.as<double>()[i] = (double)ref.images.data()[i];
+        Halide::Runtime::Buffer<> lt = ref.lt;
+        Halide::Runtime::Buffer<double> target64;
+        if (m_.loss.kind != LossKind::SoftmaxCrossEntropy) {
+            Halide::Runtime::Buffer<float> t32(*ref.lt.raw_buffer());
+            target64 = Halide::Runtime::Buffer<double>(t32.dim(0).extent(), t32.dim(1).extent(), t32.dim(2).extent(),
+                                                       t32.dim(3).extent());
+            target64.for_each_element([&](const int *pos) { target64(pos) = (double)t32(pos); });
+            lt = target64;
+        }
+        Tensor pred(ref.prediction_dims, nullptr, MemoryLedger::Kind::Data, f64);
+        Tensor gi;
+        if (mc_.image_gradient) gi = Tensor(ref.images.dims(), nullptr, MemoryLedger::Kind::Data, f64);
+        o.loss = exec.step(images, lt, store, &pred, mc_.image_gradient ? &gi : nullptr);
+        o.prediction.assign(pred.as<double>(), pred.as<double>() + pred.numel());
+        if (mc_.image_gradient) o.grad_image.assign(gi.as<double>(), gi.as<double>() + gi.numel());
+        o.grads.resize(store.specs().size());
+        for (size_t p = 0; p < store.specs().size(); p++)
+            if (store.specs()[p].trainable)
+                o.grads[p].assign(store.grads[p].as<double>(), store.grads[p].as<double>() + store.grads[p].numel());
+        o.ready = true;
+        return o;
+    }
+
     int64_t free_peak(int si, Reference &ref) {
         if (ref.free_peak < 0) {
             const SizeCase &sc = mc_.sizes[si];
@@ -360,22 +409,62 @@ private:
 
         std::ostringstream why;
         double worst = 0;
-        auto check = [&](const std::string &what, double rel) {
+        // What failed, to set beside the float64 oracle below.
+        struct Miss {
+            std::string what;
+            const float *tiled, *untiled;
+            int64_t n;
+            int oracle;  // -1 prediction, -2 image gradient, else the parameter
+        };
+        std::vector<Miss> misses;
+        auto check = [&](const std::string &what, const float *a, const float *b, int64_t n, int oracle) {
+            const double rel = tensor_rel(a, b, n);
             worst = std::max(worst, std::isfinite(rel) ? rel : 1e300);
-            if (!(rel <= kTolerance)) why << "  " << what << ": relative difference " << fmt(rel) << "\n";
+            if (!(rel <= kTolerance)) {
+                why << "  " << what << ": relative difference " << fmt(rel) << "\n";
+                misses.push_back({what, a, b, n, oracle});
+            }
         };
         const double loss_rel = std::abs(loss - ref.loss) / std::max({std::abs(ref.loss), std::abs(loss), 1e-6});
         if (!(loss_rel <= kTolerance))
             why << "  loss: tiled " << loss << ", untiled " << ref.loss << " (relative " << fmt(loss_rel) << ")\n";
         worst = std::max(worst, loss_rel);
-        check("prediction", tensor_rel(pred.data(), ref.prediction.data(), pred.numel()));
-        if (mc_.image_gradient) check("image gradient", tensor_rel(gi.data(), ref.grad_image.data(), gi.numel()));
+        check("prediction", pred.data(), ref.prediction.data(), pred.numel(), -1);
+        if (mc_.image_gradient) check("image gradient", gi.data(), ref.grad_image.data(), gi.numel(), -2);
         for (size_t p = 0; p < tiled_store_.specs().size(); p++) {
             if (!tiled_store_.specs()[p].trainable) continue;
-            check("gradient " + tiled_store_.specs()[p].name,
-                  tensor_rel(tiled_store_.grads[p].data(), ref.grads[p].data(), tiled_store_.grads[p].numel()));
+            check("gradient " + tiled_store_.specs()[p].name, tiled_store_.grads[p].data(), ref.grads[p].data(),
+                  tiled_store_.grads[p].numel(), (int)p);
         }
         const bool mismatch = !why.str().empty();
+        if (mismatch) {
+            // Rounding or a wrong sum? Both float32 steps against the
+            // untiled step in float64 from the same inputs (max |difference|
+            // over max |float64 value|): a defect is far off where rounding
+            // is a few float32 ulps per summand.
+            try {
+                const Oracle &o = oracle(si);
+                why << "  float64 untiled step: loss " << o.loss << " (tiled " << fmt(std::abs(loss - o.loss) / std::abs(o.loss))
+                    << " off, untiled " << fmt(std::abs(ref.loss - o.loss) / std::abs(o.loss)) << ")\n";
+                for (const Miss &x : misses) {
+                    const std::vector<double> &t = x.oracle == -1 ? o.prediction : x.oracle == -2 ? o.grad_image : o.grads[x.oracle];
+                    auto off = [&](const float *a) {
+                        double ref64 = 0, diff = 0;
+                        for (int64_t k = 0; k < x.n; k++) {
+                            ref64 = std::max(ref64, std::abs(t[k]));
+                            diff = std::max(diff, std::abs((double)a[k] - t[k]));
+                        }
+                        return ref64 > 0 ? diff / ref64 : diff;
+                    };
+                    why << "  float64 untiled step: " << x.what << ": tiled float32 " << fmt(off(x.tiled))
+                        << " off, untiled float32 " << fmt(off(x.untiled)) << " off\n";
+                }
+            } catch (const Halide::Error &e) {
+                why << "  (the float64 step failed: " << e.what() << ")\n";
+            } catch (const std::exception &e) {
+                why << "  (the float64 step failed: " << e.what() << ")\n";
+            }
+        }
         const bool over = cap > 0 && peak > cap;
         std::ostringstream d;
         d << "cap " << cap_text << ", cuts [" << plan.cuts_string() << "], tiles";
@@ -408,6 +497,9 @@ private:
     std::shared_ptr<HostThreads> host_threads_;
     std::map<std::string, std::shared_ptr<Kernel>> kernels_;
     std::map<int, Reference> refs_;
+    MemoryLedger oracle_ledger_;
+    std::shared_ptr<Kernel> oracle_kernel_;
+    std::map<int, Oracle> oracles_;
 };
 
 // One line of the child's report: newlines and backslashes escaped.
