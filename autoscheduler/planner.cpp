@@ -193,7 +193,10 @@ public:
         e.plan.window_width = w.need[primary_input]->x.hi - w.need[primary_input]->x.lo + 1;
         e.plan.window_height = w.need[primary_input]->y.hi - w.need[primary_input]->y.lo + 1;
         e.plan.forward_bytes = fk;
-        e.plan.backward_bytes = backward ? partials + grad_windows + bk : 0;
+        // On the CPU the executor sums the partials over tiles with a
+        // compensation tensor as large (Kahan's; runtime/executor.cpp).
+        const int64_t carries = req_.device ? 0 : partials;
+        e.plan.backward_bytes = backward ? partials + carries + grad_windows + bk : 0;
         if (req_.device) {
             // Halide copies every input of a call to the device and allocates
             // its outputs there: the segment's parameters, the input windows,

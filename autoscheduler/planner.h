@@ -39,7 +39,8 @@ namespace segtile {
 // 7: on the CPU no cut at a checkpoint of 2^31 elements or more (Halide refuses windows of it)
 // 8: a layer reading the image priced without its input gradient unless the
 //    request asks for it; CPU calibration times the executor's segments
-constexpr int kPlannerVersion = 8;
+// 9: a CPU backward holds a compensation tensor beside its weight-gradient partials
+constexpr int kPlannerVersion = 9;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for
