@@ -1,19 +1,30 @@
 // A training run: epochs over a dataset (a CSV of images and labels or
 // masks) or over the built-in generated task, a batch processed one image
 // at a time with gradients accumulated, an optimizer step per batch, a
-// learning-rate schedule, and a run folder rewritten atomically after each
-// epoch (weights, optimizer state, log.json, plot.png, plan.json), from
-// which `--resume` continues bit-identically.
+// learning-rate schedule, and a run folder rewritten after each epoch as
+// one atomic step (weights, optimizer state, log.json, plot.png, plan.json;
+// StagedFiles in io/atomic_file.h), locked by the process using it, from
+// which `--resume` continues bit-identically, also after a kill -9 at any
+// moment.
 #pragma once
 
 #include <cstdint>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 
 #include "apps/executor_cache.h"
 #include "runtime/optimizer.h"
 
 namespace segtile {
+
+// Training stopped because a loss, a gradient or the parameters became
+// non-finite (NaN or infinite); the message names the epoch, the step and
+// the image. The run folder keeps the last finite epoch's files. Exit code 4.
+class DivergedError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
 
 struct TrainOptions {
     std::string model = "marks_cnn";
@@ -35,11 +46,16 @@ struct TrainOptions {
 
 // Trains, printing per-epoch lines to `log` and a progress bar on stderr.
 // Throws DatasetError, ImageError, WeightFileError, PlanError, ModelError,
-// std::invalid_argument for bad input, before anything is written.
+// std::invalid_argument for bad input, before anything is written (a run
+// folder this call created is removed again); std::invalid_argument when
+// another process holds the run folder; std::runtime_error when saving an
+// epoch fails (disk full: the folder keeps the previous epoch);
+// DivergedError.
 void train(TrainOptions opt, std::ostream &log);
 
-// Continues the run in `run_dir` from its last saved epoch; `epochs` > 0
-// changes the total. `stop_after` as above.
+// Continues the run in `run_dir` from its last saved epoch (first finishing
+// or undoing a save that a killed process left half done); `epochs` > 0
+// changes the total. `stop_after` as above. Throws as train().
 void resume(const std::string &run_dir, int epochs, int stop_after, std::ostream &log);
 
 // The learning rate of optimizer step `step` (0-based) of a run with
