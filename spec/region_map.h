@@ -51,14 +51,19 @@ Box<T> hull(const Box<T> &a, const Box<T> &b) {
     return {{Ops::min(a.x.lo, b.x.lo), Ops::max(a.x.hi, b.x.hi)}, {Ops::min(a.y.lo, b.y.lo), Ops::max(a.y.hi, b.y.hi)}};
 }
 
+// `a` clamped into `b` along each axis: the pixels a kernel's
+// clamp(x, lo, hi) reads for a window `a` of tensor extent `b`. Where `a`
+// overlaps `b` this is their intersection; a window wholly in the padding
+// (a tile of a padded layer's border) reads the one edge pixel, not nothing.
 template <typename T, typename Ops>
-Box<T> intersect(const Box<T> &a, const Box<T> &b) {
-    return {{Ops::max(a.x.lo, b.x.lo), Ops::min(a.x.hi, b.x.hi)}, {Ops::max(a.y.lo, b.y.lo), Ops::min(a.y.hi, b.y.hi)}};
+Box<T> clamp_into(const Box<T> &a, const Box<T> &b) {
+    auto c = [](const T &v, const Span<T> &s) { return Ops::min(Ops::max(v, s.lo), s.hi); };
+    return {{c(a.x.lo, b.x), c(a.x.hi, b.x)}, {c(a.y.lo, b.y), c(a.y.hi, b.y)}};
 }
 
 // Regions of every tensor (layers 0..L-1, then the input at index L) that
 // layers first..last need to produce `targets` (tensor -> region), clipped
-// to each tensor's whole extent `full`. Tensors nothing needs stay nullopt.
+// (clamped) to each tensor's whole extent `full`. Tensors nothing needs stay nullopt.
 // Which tensors are needed is structural (the same for every tile), so the
 // result has the same shape for int64_t and Expr.
 template <typename T, typename Ops>
@@ -68,7 +73,7 @@ std::vector<std::optional<Box<T>>> required_boxes(const Model &m, int first, int
     const int L = (int)m.layers.size();
     std::vector<std::optional<Box<T>>> need(L + 1);
     auto merge = [&](int t, const Box<T> &b) {
-        Box<T> c = intersect<T, Ops>(b, full[t]);
+        Box<T> c = clamp_into<T, Ops>(b, full[t]);
         need[t] = need[t] ? hull<T, Ops>(*need[t], c) : c;
     };
     for (const auto &[t, b] : targets) merge(t, b);

@@ -299,6 +299,20 @@ INSTANTIATE_TEST_SUITE_P(
                      .loss(LossKind::MeanSquaredError)
                      .build();
              }},
+        // A 1x1 conv with padding 1 after a cut: 1-pixel tiles on its
+        // border ring read only padding, so their window of the checkpoint
+        // is its nearest edge pixel (the kernel's clamp), not nothing.
+        Case{"padding_ring", 9, 6, 1, {"relu1", "relu2"}, {{3, 2}, {1, 1}, {0, 0}}, Schedule::Cpu,
+             [] {
+                 return ModelBuilder("padding_ring", 2)
+                     .conv2d("conv1", 3, 3).padding(1)
+                     .relu("relu1")
+                     .conv2d("ring", 4, 1).padding(1)
+                     .relu("relu2")
+                     .conv2d("conv3", 2, 3)
+                     .loss(LossKind::MeanSquaredError)
+                     .build();
+             }},
         // No cut: one segment; 1-pixel tiles on pool5's 2x1 output.
         Case{"vgg16", 75, 53, 1, {}, {{1, 1}}},
         // Several cuts; the last segment untiled (whole extent).
