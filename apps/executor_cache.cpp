@@ -86,7 +86,7 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
         try {
             parse_bytes(opt_.memory_cap);
         } catch (const std::invalid_argument &e) {
-            throw ModelError(std::string("--memory-cap: ") + e.what() + " (or 'none' to train untiled)");
+            throw std::invalid_argument(std::string("--memory-cap: ") + e.what() + " (or 'none' to train untiled)");
         }
     }
 }

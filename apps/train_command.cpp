@@ -33,7 +33,7 @@ public:
         c->add_option("--optimizer", o_.optimizer.kind, "sgd or adam")
             ->capture_default_str()
             ->check(CLI::IsMember({"sgd", "adam"}));
-        c->add_option("--lr", o_.optimizer.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+        c->add_option("--lr", o_.optimizer.lr, "learning rate")->capture_default_str();
         c->add_option("--lr-schedule", o_.lr_schedule,
                       "constant; cosine (decays to 0 over the run); step (x0.1 at 1/2 and x0.01 at 3/4 of the epochs)")
             ->capture_default_str()

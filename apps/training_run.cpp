@@ -100,6 +100,7 @@ public:
     virtual Example load(size_t i, int64_t epoch, MemoryLedger *ledger) = 0;
     virtual std::set<std::pair<int64_t, int64_t>> image_sizes() const = 0;
     virtual std::string describe() const = 0;
+    virtual std::string name(size_t i) const = 0;  // image i, as an error names it
 };
 
 // The main job: image i of epoch e is image e * size + i of the seed's stream.
@@ -119,6 +120,7 @@ public:
         return e;
     }
     std::set<std::pair<int64_t, int64_t>> image_sizes() const override { return {{task_.width, task_.height}}; }
+    std::string name(size_t i) const override { return "generated image " + std::to_string(i + 1); }
     std::string describe() const override {
         return std::to_string(per_epoch_) + " generated " + std::to_string(task_.width) + "x" +
                std::to_string(task_.height) + " images per epoch (noise with " + std::to_string(task_.min_marks) +
@@ -156,6 +158,7 @@ public:
     std::string describe() const override {
         return std::to_string(data_.size()) + " images listed in " + data_.csv();
     }
+    std::string name(size_t i) const override { return data_.entries()[i].image; }
 
 private:
     Dataset data_;
@@ -236,14 +239,17 @@ std::string default_run_dir(const std::string &model) {
 void write_run_folder(const std::string &dir, const TrainOptions &o, const Model &m, const ParamStore &params,
                       const Optimizer &opt, const std::vector<EpochLog> &epochs, const ExecutorCache &cache) {
     fs::create_directories(dir);
+    // All files of the epoch are replaced together (io/atomic_file.h): a kill
+    // at any moment leaves the previous epoch's set or this one.
+    StagedFiles staged(dir);
     const std::string done = std::to_string(epochs.empty() ? 0 : epochs.back().epoch);
     // The two state files carry the epoch: a run killed between their renames is detected on resume.
     const std::map<std::string, std::string> meta = {{"epoch", done}, {"model", m.name}};
-    save_parameters(dir + "/weights.safetensors", params, meta);
-    save_optimizer_state(dir + "/optimizer.safetensors", opt, params, meta);
+    save_parameters(staged.path("weights.safetensors"), params, meta);
+    save_optimizer_state(staged.path("optimizer.safetensors"), opt, params, meta);
     std::vector<EpochRecord> rec;
     for (const auto &e : epochs) rec.push_back({e.epoch, e.loss, e.accuracy, e.peak_working});
-    write_training_plot(dir + "/plot.png", rec);
+    write_training_plot(staged.path("plot.png"), rec);
     if (!cache.plans().empty()) {
         std::string text;
         if (cache.plans().size() == 1) {
@@ -253,12 +259,13 @@ void write_run_folder(const std::string &dir, const TrainOptions &o, const Model
             for (const auto &[size, p] : cache.plans()) all.push_back(json::parse(plan_to_json(p)));
             text = all.dump(2) + "\n";
         }
-        write_file_atomically(dir + "/plan.json", text);
+        write_file_atomically(staged.path("plan.json"), text);
     }
     json log = {{"config", to_json(o)}, {"execution", cache.describe()}, {"epochs_done", epochs.back().epoch}};
     log["epochs"] = json::array();
     for (const auto &e : epochs) log["epochs"].push_back(to_json(e));
-    write_file_atomically(dir + "/log.json", log.dump(2) + "\n");  // last: says which epoch the folder holds
+    write_file_atomically(staged.path("log.json"), log.dump(2) + "\n");
+    staged.commit();
 }
 
 // The one mutable state of a run beyond parameters and optimizer: where it is.
@@ -275,10 +282,41 @@ void add_into(Tensor &dst, const Tensor &src) {
     for (int64_t k = 0; k < dst.numel(); k++) d[k] += s[k];
 }
 
+// Every numeric option finite and in range, before anything is planned
+// or written: a NaN rate would train all epochs at loss nan.
+void check_options(const TrainOptions &o) {
+    auto refuse = [](const std::string &option, double v, const std::string &want) {
+        std::ostringstream s;
+        s << option << " " << v << " is not " << want;
+        throw std::invalid_argument(s.str());
+    };
+    const OptimizerConfig &c = o.optimizer;
+    if (!(std::isfinite(c.lr) && c.lr > 0)) refuse("--lr", c.lr, "a finite number above 0 (try 0.01)");
+    if (!(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1))
+        refuse("--momentum", c.momentum, "a number in [0, 1) (try 0.9)");
+    if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0))
+        refuse("--weight-decay", c.weight_decay, "a finite number of at least 0");
+    if (o.epochs < 1) refuse("--epochs", o.epochs, "at least 1");
+    if (o.batch < 1) refuse("--batch", o.batch, "at least 1");
+    if (o.images_per_epoch < 1) refuse("--images-per-epoch", o.images_per_epoch, "at least 1");
+    if (o.stop_after < 0) refuse("--stop-after", o.stop_after, "at least 0");
+}
+
+// A step whose loss or gradient is not finite: the run stops before the
+// optimizer writes NaN into the weights, and the folder keeps the last epoch saved.
+[[noreturn]] void diverged(const std::string &what, int epoch, int64_t step, float lr, int epochs_saved,
+                           const std::string &dir) {
+    std::ostringstream s;
+    s << "training diverged: " << what << " at epoch " << epoch + 1 << ", step " << step + 1 << "; ";
+    if (epochs_saved > 0) s << dir << " keeps epoch " << epochs_saved << " (--resume it with a lower --lr)";
+    else s << "nothing was saved";
+    s << "; try a lower --lr than " << lr;
+    throw DivergedError(s.str());
+}
+
 void run(const TrainOptions &o, const std::string &dir, RunState state, bool resuming, std::ostream &log) {
+    check_options(o);
     Model m = load_model(o.model);
-    if (o.epochs < 1 || o.batch < 1 || o.images_per_epoch < 1)
-        throw std::invalid_argument("--epochs, --batch and --images-per-epoch must be at least 1");
     scheduled_lr(o.lr_schedule, o.optimizer.lr, 0, 1, 1);  // checks the name
     std::unique_ptr<SampleSource> source = make_source(o, m);
     MemoryLedger ledger;       // working memory (runtime + kernels) and the checkpoint store
@@ -392,6 +430,9 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                     correct += best == ex.label;
                     counted += 1;
                 }
+                if (!std::isfinite(loss))
+                    diverged("the loss of " + source->name(order[k]) + " is " + std::to_string(loss), epoch,
+                             step, o.optimizer.lr, state.epochs_done, dir);
                 loss_sum += loss;
                 for (size_t p = 0; p < accum.size(); p++)
                     if (accum[p].defined()) add_into(accum[p], params.grads[p]);
@@ -406,6 +447,10 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                     float *g = params.grads[p].data();
                     const float *a = accum[p].data();
                     for (int64_t i = 0; i < accum[p].numel(); i++) g[i] = a[i] * inv;
+                    for (int64_t i = 0; i < accum[p].numel(); i++)
+                        if (!std::isfinite(g[i]))
+                            diverged("the gradient of " + params.specs()[p].name + " is not finite", epoch, step,
+                                     o.optimizer.lr, state.epochs_done, dir);
                 }
             lr = scheduled_lr(o.lr_schedule, o.optimizer.lr, (int64_t)epoch * steps_per_epoch + step, steps_per_epoch,
                               o.epochs);
@@ -463,6 +508,12 @@ void train(TrainOptions opt, std::ostream &log) {
 }
 
 void resume(const std::string &run_dir, int epochs, int stop_after, std::ostream &log) {
+    // A run killed while saving: finish or undo that save before reading.
+    if (fs::is_directory(run_dir)) {
+        const Recovery r = recover_staged_files(run_dir);
+        if (r == Recovery::RolledBack) log << run_dir << ": an unfinished save was undone; resuming from the epoch before it\n";
+        if (r == Recovery::RolledForward) log << run_dir << ": an interrupted save was completed\n";
+    }
     std::ifstream f(run_dir + "/log.json");
     if (!f)
         throw std::invalid_argument(run_dir + "/log.json: cannot read it; --resume takes a run folder written by "

@@ -3,9 +3,8 @@
 // at a time with gradients accumulated, an optimizer step per batch, a
 // learning-rate schedule, and a run folder rewritten after each epoch as
 // one atomic step (weights, optimizer state, log.json, plot.png, plan.json;
-// StagedFiles in io/atomic_file.h), locked by the process using it, from
-// which `--resume` continues bit-identically, also after a kill -9 at any
-// moment.
+// StagedFiles in io/atomic_file.h), from which `--resume` continues
+// bit-identically, also after a kill -9 while saving.
 #pragma once
 
 #include <cstdint>
@@ -46,11 +45,10 @@ struct TrainOptions {
 
 // Trains, printing per-epoch lines to `log` and a progress bar on stderr.
 // Throws DatasetError, ImageError, WeightFileError, PlanError, ModelError,
-// std::invalid_argument for bad input, before anything is written (a run
-// folder this call created is removed again); std::invalid_argument when
-// another process holds the run folder; std::runtime_error when saving an
-// epoch fails (disk full: the folder keeps the previous epoch);
-// DivergedError.
+// std::invalid_argument for bad input (a non-finite or out-of-range option
+// among them, refused before anything is planned); DivergedError when a
+// loss or gradient turns non-finite (the optimizer does not step on it; the
+// run folder keeps the last epoch saved).
 void train(TrainOptions opt, std::ostream &log);
 
 // Continues the run in `run_dir` from its last saved epoch (first finishing

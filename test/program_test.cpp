@@ -376,4 +376,57 @@ TEST_F(BadInputTest, CorruptRunFolderIsRefusedOnResume) {
     EXPECT_THAT(r.err, HasSubstr("weights.safetensors"));
 }
 
+TEST_F(BadInputTest, NonFiniteOrOutOfRangeOptionsAreRefusedNamingThem) {
+    dataset();
+    expect_refused("--memory-cap none --lr nan", {"--lr nan", "try 0.01"});
+    expect_refused("--memory-cap none --lr inf", {"--lr inf"});
+    expect_refused("--memory-cap none --lr -1", {"--lr -1"});
+    expect_refused("--memory-cap none --momentum 1", {"--momentum 1"});
+    expect_refused("--memory-cap none --batch 0", {"--batch 0"});
+    expect_refused("--memory-cap none --lr abc", {"--lr", "abc"});
+    expect_refused("--memory-cap abc", {"--memory-cap"});
+}
+
+// A rate that blows the loss up stops the run (exit 4) naming the epoch and
+// step, and the run folder keeps its last finite epoch, byte for byte.
+TEST_F(ProgramTest, DivergedTrainingStopsAndKeepsTheLastEpoch) {
+    dataset();
+    const std::string opts = std::string(kTiny) + "--memory-cap none --optimizer sgd --momentum 0 ";
+    ASSERT_EQ(segtile("train " + opts + "--epochs 2 --stop-after 1 --run R").status, 0);
+    const std::string weights = slurp(dir.file("R/weights.safetensors")), log = slurp(dir.file("R/log.json"));
+    // The resumed run keeps its configured rate: a fresh one diverges.
+    Result fresh = segtile("train --model tiny_cnn --data train.csv --seed 3 --batch 3 --memory-cap none --lr 1e12 --run F");
+    EXPECT_EQ(fresh.status, 4) << fresh.out << fresh.err;
+    EXPECT_THAT(fresh.err, HasSubstr("training diverged"));
+    EXPECT_THAT(fresh.err, HasSubstr("epoch 1, step "));
+    EXPECT_THAT(fresh.err, HasSubstr("lower --lr"));
+    EXPECT_FALSE(fs::exists(dir.file("F/weights.safetensors")));
+    // The folder of a run that diverges after an epoch still holds that epoch.
+    nlohmann::json j = nlohmann::json::parse(log);
+    j["config"]["lr"] = 1e12;
+    dir.write("R/log.json", j.dump(2) + "\n");
+    Result resumed = segtile("train --resume R");
+    EXPECT_EQ(resumed.status, 4) << resumed.out << resumed.err;
+    EXPECT_THAT(resumed.err, HasSubstr("keeps epoch 1"));
+    EXPECT_EQ(slurp(dir.file("R/weights.safetensors")), weights);
+}
+
+// A save killed after its commit point is completed on resume, one killed
+// before it is undone: either way the resumed run ends bit-identical to an
+// uninterrupted one.
+TEST_F(ProgramTest, InterruptedSaveIsRecoveredOnResume) {
+    dataset();
+    const std::string opts = std::string(kTiny) + "--memory-cap none --epochs 2 ";
+    ASSERT_EQ(segtile("train " + opts + "--run whole").status, 0);
+    ASSERT_EQ(segtile("train " + opts + "--run parts --stop-after 1").status, 0);
+    // Killed while staging epoch 2: a half-written staging folder.
+    fs::create_directories(dir.file("parts/.staging"));
+    dir.write("parts/.staging/weights.safetensors", "half a file");
+    Result r = segtile("train --resume parts");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("unfinished save was undone"));
+    EXPECT_FALSE(fs::exists(dir.file("parts/.staging")));
+    EXPECT_EQ(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
+}
+
 }  // namespace
