@@ -5,7 +5,10 @@
 // training step tiled by the plan and one untiled (the program's
 // `--memory-cap none` kernel) from the same weights and batch: the loss,
 // every parameter gradient, the predictions (and the image's gradient,
-// where the draw asks for it) agree to 1e-5 relative, and the ledger's
+// where the draw asks for it) agree to 1e-5 relative (past that, the
+// untiled step in float64 arbitrates: a tiled step no further from it than
+// 2x the untiled float32 step's own error is that step's rounding, counted
+// apart, not a failure), and the ledger's
 // measured peak working memory stays within the cap. A cap below the
 // smallest feasible one must be refused with the planner's PlanError that
 // names that cap; anything else thrown (a Halide error, a KernelError) or
