@@ -17,7 +17,7 @@
 
 namespace segtile {
 
-// Training stopped because a loss, a gradient or the parameters became
+// Training stopped because a loss or a batch gradient became
 // non-finite (NaN or infinite); the message names the epoch, the step and
 // the image. The run folder keeps the last finite epoch's files. Exit code 4.
 class DivergedError : public std::runtime_error {
