@@ -446,11 +446,14 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                 if (accum[p].defined()) {
                     float *g = params.grads[p].data();
                     const float *a = accum[p].data();
-                    for (int64_t i = 0; i < accum[p].numel(); i++) g[i] = a[i] * inv;
-                    for (int64_t i = 0; i < accum[p].numel(); i++)
-                        if (!std::isfinite(g[i]))
-                            diverged("the gradient of " + params.specs()[p].name + " is not finite", epoch, step,
-                                     o.optimizer.lr, state.epochs_done, dir);
+                    bool finite = true;
+                    for (int64_t i = 0; i < accum[p].numel(); i++) {
+                        g[i] = a[i] * inv;
+                        finite = finite && std::isfinite(g[i]);
+                    }
+                    if (!finite)
+                        diverged("the gradient of " + params.specs()[p].name + " is not finite", epoch, step,
+                                 o.optimizer.lr, state.epochs_done, dir);
                 }
             lr = scheduled_lr(o.lr_schedule, o.optimizer.lr, (int64_t)epoch * steps_per_epoch + step, steps_per_epoch,
                               o.epochs);
