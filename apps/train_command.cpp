@@ -58,11 +58,20 @@ public:
         c->add_option("--resume", resume_, "continue the run in this folder from its last saved epoch");
         c->add_option("--trace", o_.trace, "write a Chrome trace (Perfetto) of the first step to this file");
         c->add_option("--stop-after", o_.stop_after, "stop after this many epochs (the run stays resumable)");
+        c->add_option("--on-bad-image", o_.on_bad_image,
+                      "an image that fails to load at its step: skip (warn, count it in the log, train on the "
+                      "rest) or stop")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"skip", "stop"}));
     }
     CLI::App *app() const override { return cmd_; }
     int run() override {
         if (!resume_.empty()) {
-            resume(resume_, cmd_->count("--epochs") ? o_.epochs : 0, o_.stop_after, std::cout);
+            ResumeOptions changes;
+            changes.epochs = cmd_->count("--epochs") ? o_.epochs : 0;
+            changes.stop_after = o_.stop_after;
+            if (cmd_->count("--on-bad-image")) changes.on_bad_image = o_.on_bad_image;
+            resume(resume_, changes, std::cout);
             return 0;
         }
         train(o_, std::cout);

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "io/atomic_file.h"
 #include "io/chrome_trace.h"
 #include "io/dataset.h"
+#include "io/folder_lock.h"
 #include "io/plot_png.h"
 #include "io/weight_file.h"
 #include "runtime/marks_task.h"
@@ -71,6 +73,7 @@ json to_json(const TrainOptions &o) {
     json j = json::object();
     config_fields(o, [&](const char *key, const auto &v) { j[key] = v; });
     j["target"] = o.execution.target;
+    j["on_bad_image"] = o.on_bad_image;
     return j;
 }
 
@@ -78,6 +81,7 @@ TrainOptions from_json(const json &j) {
     TrainOptions o;
     config_fields(o, [&](const char *key, auto &v) { j.at(key).get_to(v); });
     o.execution.target = j.value("target", "cpu");  // runs from before --target: CPU
+    o.on_bad_image = j.value("on_bad_image", "skip");
     o.execution.optimizer = o.optimizer.kind;
     o.execution.batch = o.batch;
     return o;
@@ -200,6 +204,7 @@ struct EpochLog {
     double loss = 0, accuracy = 0, images_per_second = 0, seconds = 0, lr = 0;
     int64_t peak_working = 0, high_water_mark = 0, peak_checkpoint = 0;
     int64_t peak_device = 0;  // --target cuda; absent from logs of CPU runs
+    int64_t skipped_images = 0;  // failed to load (--on-bad-image skip); absent from older logs
 };
 
 template <class E, class F>
@@ -219,6 +224,7 @@ json to_json(const EpochLog &e) {
     json j = json::object();
     epoch_fields(e, [&](const char *key, const auto &v) { j[key] = v; });
     if (e.peak_device > 0) j["peak_device_memory_bytes"] = e.peak_device;
+    j["skipped_images"] = e.skipped_images;
     return j;
 }
 
@@ -226,6 +232,7 @@ EpochLog epoch_from_json(const json &j) {
     EpochLog e;
     epoch_fields(e, [&](const char *key, auto &v) { j.at(key).get_to(v); });
     e.peak_device = j.value("peak_device_memory_bytes", (int64_t)0);
+    e.skipped_images = j.value("skipped_images", (int64_t)0);
     return e;
 }
 
@@ -268,6 +275,22 @@ void write_run_folder(const std::string &dir, const TrainOptions &o, const Model
     staged.commit();
 }
 
+// write_run_folder, its failure (a full disk, a folder made read-only)
+// said with what the folder still holds.
+void save_epoch(const std::string &dir, const TrainOptions &o, const Model &m, const ParamStore &params,
+                const Optimizer &opt, const std::vector<EpochLog> &epochs, const ExecutorCache &cache) {
+    try {
+        write_run_folder(dir, o, m, params, opt, epochs, cache);
+    } catch (const std::runtime_error &err) {
+        const int epoch = epochs.back().epoch;
+        const std::string kept = epochs.size() > 1 ? dir + " keeps epoch " + std::to_string(epoch - 1) +
+                                                         " (free space, then --resume " + dir + ")"
+                                                   : "nothing was saved";
+        throw std::runtime_error("cannot save epoch " + std::to_string(epoch) + " to " + dir + ": " + err.what() +
+                                 "; " + kept);
+    }
+}
+
 // The one mutable state of a run beyond parameters and optimizer: where it is.
 struct RunState {
     int epochs_done = 0;
@@ -300,6 +323,8 @@ void check_options(const TrainOptions &o) {
     if (o.batch < 1) refuse("--batch", o.batch, "at least 1");
     if (o.images_per_epoch < 1) refuse("--images-per-epoch", o.images_per_epoch, "at least 1");
     if (o.stop_after < 0) refuse("--stop-after", o.stop_after, "at least 0");
+    if (o.on_bad_image != "skip" && o.on_bad_image != "stop")
+        throw std::invalid_argument("--on-bad-image: '" + o.on_bad_image + "' is not skip or stop");
 }
 
 // A step whose loss or gradient is not finite: the run stops before the
@@ -312,6 +337,14 @@ void check_options(const TrainOptions &o) {
     else s << "nothing was saved";
     s << "; try a lower --lr than " << lr;
     throw DivergedError(s.str());
+}
+
+// --on-bad-image stop: the image's error, and what the folder still holds.
+[[noreturn]] void bad_image_stop(const std::string &error, int epochs_saved, const std::string &dir) {
+    if (epochs_saved > 0)
+        throw DatasetError(error + "; " + dir + " keeps epoch " + std::to_string(epochs_saved) +
+                           " (fix or remove the image, then --resume " + dir + "; or add --on-bad-image skip)");
+    throw DatasetError(error + "; nothing was saved (fix or remove the image, or pass --on-bad-image skip)");
 }
 
 void run(const TrainOptions &o, const std::string &dir, RunState state, bool resuming, std::ostream &log) {
@@ -368,6 +401,9 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
     if (resuming) log << "resuming after epoch " << state.epochs_done << "\n";
     int run_here = 0;
     bool traced = o.trace.empty();
+    // Images that failed to load (index -> error), skipped without a retry
+    // or a second warning in later epochs.
+    std::map<size_t, std::string> bad;
     for (int epoch = state.epochs_done; epoch < o.epochs; epoch++) {
         if (o.stop_after > 0 && run_here >= o.stop_after) break;
         ledger.reset_peaks();
@@ -375,6 +411,7 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
         const std::vector<size_t> order = source->order(o.seed, epoch);
         ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs), n, "images");
         double loss_sum = 0, correct = 0, counted = 0;
+        int64_t used = 0, skipped = 0;
         float lr = o.optimizer.lr;
         for (int64_t step = 0; step < steps_per_epoch; step++) {
             std::unique_ptr<ChromeTrace> trace;
@@ -393,10 +430,27 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
             for (auto &a : accum)
                 if (a.defined()) a.zero();
             const int64_t first = step * o.batch, last = std::min<int64_t>(n, first + o.batch);
+            int64_t used_here = 0;
             for (int64_t k = first; k < last; k++) {
                 std::optional<ChromeTrace::Span> span;
                 if (trace) span.emplace(trace->span("image " + std::to_string(order[k]), "image"));
-                Example ex = source->load(order[k], epoch, &data_ledger);
+                Example ex;
+                if (!bad.count(order[k])) {
+                    try {
+                        ex = source->load(order[k], epoch, &data_ledger);
+                    } catch (const DatasetError &err) {
+                        if (o.on_bad_image == "stop") bad_image_stop(err.what(), state.epochs_done, dir);
+                        bad[order[k]] = err.what();
+                        bar.finish();
+                        log << "warning: skipped " << err.what() << " (--on-bad-image skip: counted in log.json, "
+                            << "not retried)\n" << std::flush;
+                    }
+                }
+                if (!ex.image.defined()) {
+                    skipped++;
+                    bar.update(k + 1);
+                    continue;
+                }
                 const auto &d = ex.image.dims();
                 SegmentedExecutor &exec = cache.for_size(d[0], d[1]);
                 const TensorShape out = m.shapes(d[0], d[1])[m.loss.input_id];
@@ -434,15 +488,18 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                     diverged("the loss of " + source->name(order[k]) + " is " + std::to_string(loss), epoch,
                              step, o.optimizer.lr, state.epochs_done, dir);
                 loss_sum += loss;
+                used++;
+                used_here++;
                 for (size_t p = 0; p < accum.size(); p++)
                     if (accum[p].defined()) add_into(accum[p], params.grads[p]);
                 char extra[64];
-                std::snprintf(extra, sizeof extra, "loss %.4f", loss_sum / (double)(k + 1));
+                std::snprintf(extra, sizeof extra, "loss %.4f", loss_sum / (double)used);
                 bar.update(k + 1, extra);
             }
-            // The batch-mean gradient, then one optimizer step at the scheduled rate.
-            const float inv = 1.0f / (float)(last - first);
-            for (size_t p = 0; p < accum.size(); p++)
+            // The mean gradient of the batch's images that loaded, then one
+            // optimizer step at the scheduled rate (none when every image failed).
+            const float inv = 1.0f / (float)std::max<int64_t>(1, used_here);
+            for (size_t p = 0; p < accum.size() && used_here > 0; p++)
                 if (accum[p].defined()) {
                     float *g = params.grads[p].data();
                     const float *a = accum[p].data();
@@ -458,7 +515,7 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
             lr = scheduled_lr(o.lr_schedule, o.optimizer.lr, (int64_t)epoch * steps_per_epoch + step, steps_per_epoch,
                               o.epochs);
             opt.set_lr(lr);
-            {
+            if (used_here > 0) {
                 std::optional<ChromeTrace::Span> span;
                 if (trace) span.emplace(trace->span("optimizer step", "optimizer"));
                 opt.step(params);
@@ -471,12 +528,17 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
             }
         }
         bar.finish();
+        if (used == 0)
+            throw DatasetError("none of the " + std::to_string(n) + " images could be read in epoch " +
+                               std::to_string(epoch + 1) + " (" + bad.begin()->second +
+                               "); fix or remove them from the CSV");
         EpochLog e;
         e.epoch = epoch + 1;
         e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        e.loss = loss_sum / (double)n;
+        e.loss = loss_sum / (double)used;
         e.accuracy = correct / counted;
-        e.images_per_second = (double)n / e.seconds;
+        e.images_per_second = (double)used / e.seconds;
+        e.skipped_images = skipped;
         e.lr = lr;
         e.peak_working = ledger.peak();
         e.peak_checkpoint = ledger.peak(MemoryLedger::Kind::Checkpoint);
@@ -491,32 +553,54 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                       format_bytes(e.peak_working).c_str(), format_bytes(e.peak_checkpoint).c_str(),
                       format_bytes(e.high_water_mark).c_str());
         log << line;
+        if (skipped > 0) log << "  skipped " << skipped << " of " << n << " images that failed to load\n";
         if (o.execution.target == "cuda") log << "  peak device memory " << format_bytes(e.peak_device) << "\n";
         log << std::flush;
-        write_run_folder(dir, o, m, params, opt, state.epochs, cache);
+        save_epoch(dir, o, m, params, opt, state.epochs, cache);
+        state.epochs_done = epoch + 1;
         run_here++;
     }
     log << "run folder " << dir << ": weights.safetensors, optimizer.safetensors, log.json, plot.png"
         << (cache.plans().empty() ? "" : ", plan.json") << "\n";
 }
 
+// A save that a killed process left half done, finished or undone.
+void recover_save(const std::string &dir, std::ostream &log) {
+    const Recovery r = recover_staged_files(dir);
+    if (r == Recovery::RolledBack) log << dir << ": an unfinished save was undone; resuming from the epoch before it\n";
+    if (r == Recovery::RolledForward) log << dir << ": an interrupted save was completed\n";
+}
+
 }  // namespace
 
 void train(TrainOptions opt, std::ostream &log) {
+    check_options(opt);
     if (opt.run.empty()) opt.run = default_run_dir(opt.model);
-    if (fs::exists(opt.run + "/log.json"))
-        throw std::invalid_argument("run folder '" + opt.run + "' already holds a run; continue it with --resume " +
-                                    opt.run + " or pass another --run");
-    run(opt, opt.run, RunState{}, false, log);
+    const bool existed = fs::exists(opt.run);
+    std::error_code ec;
+    fs::create_directories(opt.run, ec);
+    if (ec) throw std::invalid_argument("cannot create the run folder '" + opt.run + "': " + ec.message() +
+                                        "; pass a writable --run");
+    FolderLock lock(opt.run);
+    try {
+        if (existed) recover_save(opt.run, log);
+        if (fs::exists(opt.run + "/log.json"))
+            throw std::invalid_argument("run folder '" + opt.run + "' already holds a run; continue it with --resume " +
+                                        opt.run + " or pass another --run");
+        run(opt, opt.run, RunState{}, false, log);
+    } catch (...) {
+        // A run that saved nothing leaves nothing behind.
+        if (!existed && !fs::exists(opt.run + "/log.json")) lock.remove_folder_if_empty();
+        throw;
+    }
 }
 
-void resume(const std::string &run_dir, int epochs, int stop_after, std::ostream &log) {
-    // A run killed while saving: finish or undo that save before reading.
-    if (fs::is_directory(run_dir)) {
-        const Recovery r = recover_staged_files(run_dir);
-        if (r == Recovery::RolledBack) log << run_dir << ": an unfinished save was undone; resuming from the epoch before it\n";
-        if (r == Recovery::RolledForward) log << run_dir << ": an interrupted save was completed\n";
-    }
+void resume(const std::string &run_dir, const ResumeOptions &changes, std::ostream &log) {
+    if (!fs::is_directory(run_dir))
+        throw std::invalid_argument(run_dir + ": no such run folder; --resume takes a folder written by "
+                                              "`segtile train --run DIR` after at least one epoch");
+    FolderLock lock(run_dir);  // before recovery: another process may be saving
+    recover_save(run_dir, log);
     std::ifstream f(run_dir + "/log.json");
     if (!f)
         throw std::invalid_argument(run_dir + "/log.json: cannot read it; --resume takes a run folder written by "
@@ -537,8 +621,9 @@ void resume(const std::string &run_dir, int epochs, int stop_after, std::ostream
         throw std::invalid_argument(run_dir + "/log.json: missing or wrong field (" + e.what() +
                                     "); start a new run");
     }
-    if (epochs > 0) o.epochs = epochs;
-    o.stop_after = stop_after;
+    if (changes.epochs > 0) o.epochs = changes.epochs;
+    o.stop_after = changes.stop_after;
+    if (!changes.on_bad_image.empty()) o.on_bad_image = changes.on_bad_image;
     o.run = run_dir;
     if (state.epochs_done >= o.epochs) {
         log << run_dir << " has finished its " << o.epochs << " epochs; pass --epochs N (N > " << state.epochs_done

@@ -41,9 +41,14 @@ struct TrainOptions {
     std::string run;            // run folder; "": runs/<model>-<date>-<time>
     std::string trace;          // Chrome trace of the first step, written here
     int stop_after = 0;         // > 0: stop after this many epochs of this invocation (the run stays resumable)
+    // An image that fails to load at its step (damaged past its header, a
+    // mask value out of range): "skip" warns, counts it in the epoch's log
+    // and trains on the rest; "stop" ends the run with its error.
+    std::string on_bad_image = "skip";
 };
 
 // Trains, printing per-epoch lines to `log` and a progress bar on stderr.
+// A run that fails before its first save leaves no run folder behind.
 // Throws DatasetError, ImageError, WeightFileError, PlanError, ModelError,
 // std::invalid_argument for bad input (a non-finite or out-of-range option
 // among them, refused before anything is planned); DivergedError when a
@@ -51,10 +56,18 @@ struct TrainOptions {
 // run folder keeps the last epoch saved).
 void train(TrainOptions opt, std::ostream &log);
 
+// What `--resume` may change in a saved run.
+struct ResumeOptions {
+    int epochs = 0;            // > 0: the new total
+    int stop_after = 0;        // as TrainOptions
+    std::string on_bad_image;  // "": as saved
+};
+
 // Continues the run in `run_dir` from its last saved epoch (first finishing
-// or undoing a save that a killed process left half done); `epochs` > 0
-// changes the total. `stop_after` as above. Throws as train().
-void resume(const std::string &run_dir, int epochs, int stop_after, std::ostream &log);
+// or undoing a save that a killed process left half done). Throws as
+// train(). Both hold the folder's lock (io/folder_lock.h) while they run:
+// a second process on the same folder is refused.
+void resume(const std::string &run_dir, const ResumeOptions &changes, std::ostream &log);
 
 // The learning rate of optimizer step `step` (0-based) of a run with
 // `steps_per_epoch` steps in each of `epochs` epochs.

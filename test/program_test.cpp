@@ -5,24 +5,33 @@
 // so these stay fast; the main job's own test is main_job_program_test.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
+#include <thread>
 #include <sstream>
 
 #include "autoscheduler/calibrate.h"
 #include "autoscheduler/gpu_schedule.h"
+#include "io/folder_lock.h"
 #include "io/image_io.h"
 #include "io/weight_file.h"
 #include "test/io/temp_dir.h"
 
 using namespace segtile;
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 namespace {
@@ -67,6 +76,16 @@ protected:
         r.out = slurp(out);
         r.err = slurp(err);
         return r;
+    }
+    // Starts `segtile <args>` in the temporary folder and returns its pid
+    // (the shell execs it: the pid is segtile's own).
+    pid_t start_segtile(const std::string &args) {
+        const std::string cmd = "cd '" + dir.path().string() + "' && exec '" SEGTILE_BIN "' " + args +
+                                " >'" + dir.file("bg_stdout.txt") + "' 2>'" + dir.file("bg_stderr.txt") + "'";
+        const char *argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+        pid_t pid = -1;
+        EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char **>(argv), environ), 0);
+        return pid;
     }
     // A gray image whose class shows in its brightness; (w, h) may differ per image.
     void gray_png(const std::string &name, int w, int h, int label, int channels = 1) {
@@ -427,6 +446,139 @@ TEST_F(ProgramTest, InterruptedSaveIsRecoveredOnResume) {
     EXPECT_THAT(r.out, HasSubstr("unfinished save was undone"));
     EXPECT_FALSE(fs::exists(dir.file("parts/.staging")));
     EXPECT_EQ(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
+}
+
+// ------------------------------------------------------------------ faults
+
+// A file damaged past its header fails only when its step reads it: by
+// default it is skipped with one warning, counted in every epoch's log, and
+// the run trains on the rest; --on-bad-image stop ends the run naming it.
+TEST_F(ProgramTest, ImageDamagedPastItsHeaderIsSkippedAndCounted) {
+    dataset();
+    const std::string png = slurp(dir.file("img1.png"));
+    dir.write("img1.png", png.substr(0, png.size() / 2));  // truncated: the header reads, the pixels do not
+    Result r = segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 2 --run S");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("warning: skipped train.csv:3: "));
+    EXPECT_THAT(r.out, HasSubstr("img1.png"));
+    size_t warnings = 0;
+    for (size_t at = r.out.find("warning: skipped"); at != std::string::npos; at = r.out.find("warning: skipped", at + 1))
+        warnings++;
+    EXPECT_EQ(warnings, 1u) << "one warning per bad image per run, not per epoch";
+    EXPECT_THAT(r.out, HasSubstr("skipped 1 of 8 images"));
+    const auto log = nlohmann::json::parse(slurp(dir.file("S/log.json")));
+    ASSERT_EQ(log["epochs"].size(), 2u);
+    for (const auto &e : log["epochs"]) {
+        EXPECT_EQ(e["skipped_images"], 1);
+        EXPECT_TRUE(std::isfinite(e["loss"].get<double>()));
+    }
+    EXPECT_EQ(log["config"]["on_bad_image"], "skip");
+
+    Result stop = segtile(std::string("train ") + kTiny + "--memory-cap none --on-bad-image stop --run T");
+    EXPECT_EQ(stop.status, 1) << stop.out << stop.err;
+    EXPECT_THAT(stop.err, HasSubstr("img1.png"));
+    EXPECT_THAT(stop.err, HasSubstr("--on-bad-image skip"));
+    EXPECT_EQ(std::count(stop.err.begin(), stop.err.end(), '\n'), 1) << stop.err;
+    EXPECT_FALSE(fs::exists(dir.file("T"))) << "a run that saved nothing left its folder";
+}
+
+// Two processes on one run folder would interleave their epochs' files:
+// while one holds it, a second train or resume is refused and changes nothing.
+TEST_F(ProgramTest, SecondProcessOnARunFolderIsRefused) {
+    dataset();
+    ASSERT_EQ(segtile(std::string("train ") + kTiny + "--memory-cap none --epochs 2 --stop-after 1 --run R").status, 0);
+    const std::string weights = slurp(dir.file("R/weights.safetensors"));
+    {
+        FolderLock other(dir.file("R"));  // as a running segtile holds it
+        Result resumed = segtile("train --resume R");
+        EXPECT_EQ(resumed.status, 1) << resumed.out << resumed.err;
+        EXPECT_THAT(resumed.err, HasSubstr("in use by another segtile process"));
+        EXPECT_THAT(resumed.err, HasSubstr("pid " + std::to_string(getpid())));
+        fs::create_directories(dir.file("N"));
+        FolderLock fresh(dir.file("N"));
+        Result again = segtile(std::string("train ") + kTiny + "--memory-cap none --run N");
+        EXPECT_EQ(again.status, 1) << again.out << again.err;
+        EXPECT_THAT(again.err, HasSubstr("in use by another segtile process"));
+        EXPECT_FALSE(fs::exists(dir.file("N/log.json")));
+    }
+    EXPECT_EQ(slurp(dir.file("R/weights.safetensors")), weights);
+    // Once the holder is gone (also after kill -9: the kernel drops the lock), resume works.
+    Result resumed = segtile("train --resume R");
+    EXPECT_EQ(resumed.status, 0) << resumed.err;
+}
+
+// kill -9 at random moments (during steps and saves), each time resumed (or
+// restarted when nothing was saved yet): the finished run's weights and
+// optimizer state are bit-identical to an uninterrupted run's.
+TEST_F(ProgramTest, KilledAtRandomMomentsAndResumedGivesTheSameBytes) {
+    dataset();
+    const std::string train = std::string("train ") + kTiny + "--memory-cap none --epochs 6 --lr-schedule cosine ";
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(segtile(train + "--run whole").status, 0);
+    const double whole_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::mt19937 rng(40);
+    std::uniform_real_distribution<double> moment(0.0, whole_s);
+    int kills = 0, during_save = 0;
+    for (int i = 0; i < 8; i++) {
+        const bool saved = fs::exists(dir.file("killed/log.json"));
+        const pid_t pid = start_segtile(saved ? "train --resume killed" : train + "--run killed");
+        std::this_thread::sleep_for(std::chrono::duration<double>(moment(rng)));
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (WIFSIGNALED(status)) {
+            kills++;
+            during_save += fs::exists(dir.file("killed/.staging")) || fs::exists(dir.file("killed/.committed"));
+        } else {
+            EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(dir.file("bg_stderr.txt"));
+        }
+    }
+    Result last = fs::exists(dir.file("killed/log.json")) ? segtile("train --resume killed")
+                                                           : segtile(train + "--run killed");
+    ASSERT_EQ(last.status, 0) << last.out << last.err;
+    std::printf("kill -9: %d of 8 runs killed (%d during a save), then resumed; uninterrupted run %.1f s\n", kills,
+                during_save, whole_s);
+    EXPECT_GT(kills, 0);
+    for (const char *f : {"weights.safetensors", "optimizer.safetensors"})
+        EXPECT_EQ(slurp(dir.file(std::string("killed/") + f)), slurp(dir.file(std::string("whole/") + f))) << f;
+    const auto log = nlohmann::json::parse(slurp(dir.file("killed/log.json")));
+    EXPECT_EQ(log["epochs_done"], 6);
+}
+
+// A run folder on a full file system (a 1 MiB tmpfs, mounted in a private
+// user and mount namespace): saving epoch 2 fails with one line that says
+// so, epoch 1's files stay byte for byte, and once there is room again the
+// resumed run ends as an uninterrupted one.
+TEST_F(ProgramTest, FullDiskFailsClearlyAndKeepsThePreviousEpoch) {
+    if (std::system("unshare -rm true >/dev/null 2>&1") != 0)
+        GTEST_SKIP() << "needs `unshare -rm` (unprivileged user and mount namespaces) to mount a small tmpfs";
+    dataset();
+    const std::string opts = std::string(kTiny) + "--memory-cap none --epochs 2 ";
+    ASSERT_EQ(segtile("train " + opts + "--run whole").status, 0);
+    ASSERT_EQ(segtile("train " + opts + "--stop-after 1 --run R").status, 0);
+    fs::create_directories(dir.file("small"));
+    // Everything inside the namespace: the tmpfs goes with it.
+    const std::string script = std::string("set -u; mount -t tmpfs -o size=1m tmpfs small || exit 99; ") +
+        "cp -a R small/R; dd if=/dev/zero of=small/filler bs=4k >/dev/null 2>&1; " +
+        "'" SEGTILE_BIN "' train --resume small/R >full_out.txt 2>full_err.txt; echo $? >full_rc.txt; " +
+        "for f in weights.safetensors optimizer.safetensors log.json plot.png; do " +
+        "cmp -s R/$f small/R/$f || echo $f >>changed.txt; done; ls -A small/R >listing.txt; rm small/filler; " +
+        "'" SEGTILE_BIN "' train --resume small/R >/dev/null 2>again_err.txt; echo $? >again_rc.txt; " +
+        "cp small/R/weights.safetensors after.safetensors";
+    dir.write("full.sh", script);
+    ASSERT_EQ(std::system(("cd '" + dir.path().string() + "' && unshare -rm sh full.sh").c_str()), 0);
+    const std::string err = slurp(dir.file("full_err.txt"));
+    EXPECT_EQ(std::stoi(slurp(dir.file("full_rc.txt"))), 1) << err;
+    EXPECT_THAT(err, HasSubstr("cannot save epoch 2"));
+    EXPECT_THAT(err, HasSubstr("No space left on device"));
+    EXPECT_THAT(err, HasSubstr("keeps epoch 1"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_FALSE(fs::exists(dir.file("changed.txt"))) << slurp(dir.file("changed.txt"));
+    const std::string listing = slurp(dir.file("listing.txt"));
+    EXPECT_THAT(listing, Not(HasSubstr(".staging")));
+    EXPECT_THAT(listing, Not(HasSubstr("tmp-")));
+    EXPECT_EQ(std::stoi(slurp(dir.file("again_rc.txt"))), 0) << slurp(dir.file("again_err.txt"));
+    EXPECT_EQ(slurp(dir.file("after.safetensors")), slurp(dir.file("whole/weights.safetensors")));
 }
 
 }  // namespace
