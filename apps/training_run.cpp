@@ -347,6 +347,20 @@ void check_options(const TrainOptions &o) {
     throw DatasetError(error + "; nothing was saved (fix or remove the image, or pass --on-bad-image skip)");
 }
 
+// One image and what comes with it (prediction; a dense target and its
+// mask) live in host memory whole, whatever the cap: a size that cannot fit
+// in the machine is refused before planning, not left to the OOM killer.
+void check_fits_in_memory(const Model &m, int64_t w, int64_t h, int64_t physical) {
+    const TensorShape out = m.shapes((int)w, (int)h)[m.loss.input_id];
+    int64_t bytes = w * h * m.input_channels * 4 + out.width * out.height * out.channels * 4;
+    if (m.loss.kind == LossKind::MeanSquaredError) bytes += w * h * 4 * (1 + m.output_channels());
+    if (physical > 0 && bytes > physical)
+        throw std::invalid_argument("images of " + std::to_string(w) + "x" + std::to_string(h) + " need " +
+                                    format_bytes(bytes) + " of host memory each (the image, its output and any target "
+                                    "as float32), more than this machine's " + format_bytes(physical) +
+                                    "; use smaller images (--size for the built-in task)");
+}
+
 void run(const TrainOptions &o, const std::string &dir, RunState state, bool resuming, std::ostream &log) {
     check_options(o);
     Model m = load_model(o.model);
@@ -377,6 +391,7 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
     // too small for some image fails here, before anything is written.
     const auto sizes = source->image_sizes();
     for (const auto &[w, h] : sizes) {
+        check_fits_in_memory(m, w, h, physical_memory_bytes());
         log << "image size " << w << "x" << h << " (" << format_bytes(w * h * m.input_channels * 4)
             << " as float32, one image at a time): " << cache.describe() << "\n"
             << std::flush;

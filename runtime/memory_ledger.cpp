@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "runtime/device_memory.h"
 #include "runtime/mapped_block.h"
@@ -153,6 +154,11 @@ int64_t process_high_water_mark() {
     while (std::getline(f, line))
         if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
     return 0;
+}
+
+int64_t physical_memory_bytes() {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (int64_t)pages * page : 0;
 }
 
 std::string format_bytes(int64_t bytes) {

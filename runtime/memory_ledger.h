@@ -89,6 +89,9 @@ private:
 // The process's resident-set high-water mark (VmHWM), in bytes.
 int64_t process_high_water_mark();
 
+// The machine's physical memory, in bytes (0 if unknown).
+int64_t physical_memory_bytes();
+
 // "12.3 MiB"
 std::string format_bytes(int64_t bytes);
 

@@ -448,6 +448,17 @@ TEST_F(ProgramTest, InterruptedSaveIsRecoveredOnResume) {
     EXPECT_EQ(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
 }
 
+// The image itself lives in host memory whatever the cap: a built-in size
+// no machine holds is refused before planning, not left to the OOM killer.
+TEST_F(BadInputTest, ImageLargerThanTheMachinesMemoryIsRefused) {
+    Result r = segtile("train --size 9000000x9000000 --run out");
+    EXPECT_EQ(r.status, 1) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("9000000x9000000"));
+    EXPECT_THAT(r.err, HasSubstr("more than this machine's"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
 // ------------------------------------------------------------------ faults
 
 // A file damaged past its header fails only when its step reads it: by
