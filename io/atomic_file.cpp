@@ -24,6 +24,22 @@ std::string directory_of(const std::string &path) {
     throw std::runtime_error(what + " '" + path + "': " + std::strerror(errno));
 }
 
+// fsync of a directory: makes the renames and removals in it durable.
+// False (errno set) if it could not.
+bool try_sync_directory(const std::string &dir) {
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const int rc = fsync(fd);
+    const int err = errno;
+    close(fd);
+    errno = err;
+    return rc == 0;
+}
+
+void sync_directory(const std::string &dir) {
+    if (!try_sync_directory(dir)) fail("cannot flush directory", dir);
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(path_ + ".tmp-XXXXXX") {
@@ -68,12 +84,9 @@ void AtomicFile::commit() {
     if (close(fd) != 0) fail("cannot close", path_);
     if (rename(temp_.c_str(), path_.c_str()) != 0) fail("cannot replace", path_);
     committed_ = true;
-    // The rename itself is durable only once the directory entry is synced.
-    const int dir = open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY);
-    if (dir >= 0) {
-        fsync(dir);
-        close(dir);
-    }
+    // The rename is durable only once the directory is synced; the new file
+    // is in place either way, so a failure here is not the writer's to undo.
+    try_sync_directory(directory_of(path_));
 }
 
 void write_file_atomically(const std::string &path, const std::function<void(AtomicFile &)> &fill) {
@@ -91,19 +104,6 @@ void write_file_atomically(const std::string &path, std::string_view contents) {
 namespace {
 
 namespace fs = std::filesystem;
-
-// fsync of a directory: makes the renames and removals in it durable.
-void sync_directory(const std::string &dir) {
-    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) fail("cannot open directory", dir);
-    const int rc = fsync(fd);
-    const int err = errno;
-    close(fd);
-    if (rc != 0) {
-        errno = err;
-        fail("cannot flush directory", dir);
-    }
-}
 
 // Roll forward: moves every file of `dir`/.committed into `dir` (those
 // named in `order` first, in that order; any others by name), then removes

@@ -60,5 +60,73 @@ TEST(AtomicFile, UnwritableDirectoryNamesIt) {
     }
 }
 
+// ------------------------------------------------------------------ StagedFiles
+
+// A set of three files, old then new; `crash_at` > 0 throws from the
+// k-th pause after the commit rename (k = 1: right after it; k = 2..4: after
+// each move), as a kill there would stop the writer.
+void save_set(TempDir &dir, const std::string &tag, int crash_at = 0) {
+    int pauses = 0;
+    StagedFiles staged(dir.path().string(), [&] {
+        if (++pauses == crash_at) throw std::runtime_error("killed");
+    });
+    for (const char *name : {"weights", "optimizer", "log"}) write_file_atomically(staged.path(name), tag + name);
+    staged.commit();
+}
+
+void expect_set(TempDir &dir, const std::string &tag) {
+    for (const char *name : {"weights", "optimizer", "log"}) EXPECT_EQ(dir.read(name), tag + name) << name;
+}
+
+TEST(StagedFiles, ReplacesTheWholeSet) {
+    TempDir dir;
+    save_set(dir, "old ");
+    save_set(dir, "new ");
+    expect_set(dir, "new ");
+    EXPECT_EQ(files_in(dir.path()), 3u);
+    EXPECT_EQ(recover_staged_files(dir.path().string()), Recovery::Clean);
+}
+
+TEST(StagedFiles, CrashAfterTheCommitPointIsCompletedByRecovery) {
+    for (int k = 1; k <= 4; k++) {
+        TempDir dir;
+        save_set(dir, "old ");
+        EXPECT_THROW(save_set(dir, "new ", k), std::runtime_error) << "pause " << k;
+        EXPECT_TRUE(std::filesystem::exists(dir.file(StagedFiles::kCommitted))) << "pause " << k;
+        EXPECT_EQ(recover_staged_files(dir.path().string()), Recovery::RolledForward) << "pause " << k;
+        expect_set(dir, "new ");
+        EXPECT_EQ(files_in(dir.path()), 3u) << "pause " << k;
+    }
+}
+
+TEST(StagedFiles, CrashBeforeTheCommitPointIsUndoneByRecovery) {
+    TempDir dir;
+    save_set(dir, "old ");
+    // What a kill -9 while staging leaves: a half-written set and an AtomicFile temporary.
+    std::filesystem::create_directories(dir.file(StagedFiles::kStaging));
+    dir.write(std::string(StagedFiles::kStaging) + "/weights", "new wei");
+    dir.write("log.tmp-a1B2c3", "half a log");
+    EXPECT_THROW(StagedFiles(dir.path().string()), std::logic_error);  // not over an unfinished save
+    EXPECT_EQ(recover_staged_files(dir.path().string()), Recovery::RolledBack);
+    expect_set(dir, "old ");
+    EXPECT_EQ(files_in(dir.path()), 3u);
+    EXPECT_NO_THROW(save_set(dir, "new "));
+    expect_set(dir, "new ");
+}
+
+TEST(StagedFiles, WriterThatThrowsBeforeCommitLeavesTheOldSet) {
+    TempDir dir;
+    save_set(dir, "old ");
+    EXPECT_THROW(
+        {
+            StagedFiles staged(dir.path().string());
+            write_file_atomically(staged.path("weights"), "new weights");
+            throw std::runtime_error("disk full");
+        },
+        std::runtime_error);
+    expect_set(dir, "old ");
+    EXPECT_EQ(files_in(dir.path()), 3u);  // .staging removed
+}
+
 }  // namespace
 }  // namespace segtile
