@@ -12,8 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "apps/executor_cache.h"
-#include "runtime/optimizer.h"
+#include "apps/run_config.h"
 
 namespace segtile {
 
@@ -25,27 +24,6 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-struct TrainOptions {
-    std::string model = "marks_cnn";
-    // Data: a CSV (and the folder its names are relative to), or the built-in task.
-    std::string data, images;
-    std::string task;  // "classification" / "segmentation"; "": from the CSV's header or the model's loss
-    std::string size = "2048x2048";  // built-in task: image size
-    int images_per_epoch = 128;      // built-in task
-    int epochs = 10;
-    int batch = 8;
-    uint64_t seed = 0;
-    OptimizerConfig optimizer;
-    std::string lr_schedule = "constant";  // constant | cosine | step
-    ExecutionOptions execution;
-    std::string run;            // run folder; "": runs/<model>-<date>-<time>
-    std::string trace;          // Chrome trace of the first step, written here
-    int stop_after = 0;         // > 0: stop after this many epochs of this invocation (the run stays resumable)
-    // An image that fails to load at its step (damaged past its header, a
-    // mask value out of range): "skip" warns, counts it in the epoch's log
-    // and trains on the rest; "stop" ends the run with its error.
-    std::string on_bad_image = "skip";
-};
 
 // Trains, printing per-epoch lines to `log` and a progress bar on stderr.
 // A run that fails before its first save leaves no run folder behind.
