@@ -80,8 +80,10 @@ std::unique_ptr<SampleSource> make_source(const TrainOptions &o, const Model &m)
         task.width = w;
         task.height = h;
         if (w < task.mark_size || h < task.mark_size)
-            throw std::invalid_argument("--size: the built-in task draws " + std::to_string(task.mark_size) +
-                                        "-pixel marks; use images of at least 512x512 for marks_cnn");
+            throw std::invalid_argument("--size " + o.size + ": the built-in task draws " +
+                                        std::to_string(task.mark_size) + "-pixel marks; use at least " +
+                                        std::to_string(task.mark_size) + "x" + std::to_string(task.mark_size) +
+                                        " (the default is " + TrainOptions().size + ")");
         return std::make_unique<GeneratedMarks>(task, o.images_per_epoch, o.seed);
     }
     DatasetOptions d;

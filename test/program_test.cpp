@@ -448,6 +448,21 @@ TEST_F(ProgramTest, InterruptedSaveIsRecoveredOnResume) {
     EXPECT_EQ(slurp(dir.file("whole/weights.safetensors")), slurp(dir.file("parts/weights.safetensors")));
 }
 
+// The built-in task (no --data) takes gray two-class classifiers and
+// images that hold a mark.
+TEST_F(BadInputTest, BuiltInTaskRefusesAModelOrSizeThatDoesNotFit) {
+    Result r = segtile("train --model unet --run out");
+    EXPECT_EQ(r.status, 2) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("does not fit the built-in task"));
+    EXPECT_THAT(r.err, HasSubstr("--data"));
+    r = segtile("train --model tiny_cnn --size 8x64 --run out");
+    EXPECT_EQ(r.status, 1) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--size 8x64"));
+    EXPECT_THAT(r.err, HasSubstr("at least 16x16"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
 // The image itself lives in host memory whatever the cap: a built-in size
 // no machine holds is refused before planning, not left to the OOM killer.
 TEST_F(BadInputTest, ImageLargerThanTheMachinesMemoryIsRefused) {
