@@ -65,6 +65,13 @@ void on_terminate() {
 int report_failure(std::exception_ptr e) {
     try {
         std::rethrow_exception(e);
+    } catch (const CLI::ConversionError &x) {  // "Could not convert: --epochs = 1e30"
+        std::string m = x.what();
+        const size_t eq = m.find(" = "), colon = m.find(": ");
+        if (colon != std::string::npos && eq != std::string::npos && eq > colon)
+            m = m.substr(colon + 2, eq - colon - 2) + ": '" + m.substr(eq + 3) +
+                "' is not a number of the kind it takes (a whole number for counts and seeds, a decimal for rates)";
+        return say(kExitBadInput, m + " (see segtile --help)");
     } catch (const CLI::ParseError &x) {
         return say(kExitBadInput, std::string(x.what()) + " (see segtile --help)");
     } catch (const PlanError &x) {

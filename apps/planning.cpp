@@ -18,12 +18,15 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     req.width = opt.width;
     req.height = opt.height;
     req.batch = opt.batch;
-    try {
-        if (!opt.memory_cap.empty()) req.memory_cap = parse_bytes(opt.memory_cap);
-        if (!opt.checkpoint_cap.empty()) req.checkpoint_cap = parse_bytes(opt.checkpoint_cap);
-    } catch (const std::invalid_argument &e) {
-        throw ModelError(std::string("--memory-cap / --checkpoint-cap: ") + e.what());
-    }
+    auto bytes = [](const char *option, const std::string &text) {
+        try {
+            return parse_bytes(text);
+        } catch (const std::invalid_argument &e) {
+            throw std::invalid_argument(std::string(option) + ": " + e.what());
+        }
+    };
+    if (!opt.memory_cap.empty()) req.memory_cap = bytes("--memory-cap", opt.memory_cap);
+    if (!opt.checkpoint_cap.empty()) req.checkpoint_cap = bytes("--checkpoint-cap", opt.checkpoint_cap);
     req.optimizer_copies = opt.optimizer == "adam" ? 2 : 1;
     req.device = opt.target == "cuda";
     req.image_gradient = opt.image_gradient;
@@ -36,7 +39,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     const std::string cal = calibration_path(req.device);
     if (opt.calibrate) {
         if (req.device && !cuda_device_usable())
-            throw ModelError("--calibrate --target cuda times kernels on this machine's GPU, and Halide finds no "
+            throw std::invalid_argument("--calibrate --target cuda times kernels on this machine's GPU, and Halide finds no "
                              "usable CUDA device here: calibrate on the machine with the GPU, or drop --calibrate "
                              "(rates fitted to an H200's measured kernels, docs/gpu.md)");
         std::cout << "calibrating the time model: timing the segment passes of four small models through the "
@@ -79,7 +82,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
 
 Plan read_plan_file(const std::string &path, const Model &m) {
     std::ifstream f(path);
-    if (!f) throw ModelError(path + ": cannot read the plan file; write one with `segtile plan ... --json " + path + "`");
+    if (!f) throw PlanFileError(path + ": cannot read the plan file; write one with `segtile plan ... --json " + path + "`");
     std::stringstream s;
     s << f.rdbuf();
     return plan_from_json(s.str(), m, path);

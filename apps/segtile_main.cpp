@@ -3,6 +3,9 @@
 // Exit status (apps/error_report.h, docs/program.md): 0 done, 1 bad input,
 // 2 bad model file, 3 memory cap below the smallest feasible, 4 training
 // diverged, 70 internal error.
+#include <stdexcept>
+#include <string>
+
 #include "apps/commands.h"
 #include "apps/error_report.h"
 
@@ -14,6 +17,15 @@ int main(int argc, char **argv) {
         auto train = segtile::add_train_command(app);
         auto plan = segtile::add_plan_command(app);
         auto predict = segtile::add_predict_command(app);
+        // CLI11 reports a misspelt subcommand as "A subcommand is required".
+        if (argc > 1 && argv[1][0] != '-') {
+            try {
+                app.get_subcommand(argv[1]);
+            } catch (const CLI::OptionNotFound &) {
+                throw std::invalid_argument(std::string("unknown command '") + argv[1] +
+                                            "': use train, plan or predict (see segtile --help)");
+            }
+        }
         try {
             app.parse(argc, argv);
         } catch (const CLI::Success &e) {  // --help

@@ -40,7 +40,11 @@ public:
             ->check(CLI::IsMember({"constant", "cosine", "step"}));
         c->add_option("--momentum", o_.optimizer.momentum, "sgd momentum")->capture_default_str();
         c->add_option("--weight-decay", o_.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
-        c->add_option("--seed", o_.seed, "random seed (weights, data order, generated images)")->capture_default_str();
+        c->add_option("--seed", o_.seed, "random seed (weights, data order, generated images)")
+            ->capture_default_str()
+            ->check(CLI::Validator(  // CLI11 would wrap -1 into 2^64 - 1
+                [](const std::string &v) { return v.find('-') == std::string::npos ? "" : "'" + v + "' is below 0"; },
+                "", "whole number >= 0"));
         c->add_option("--memory-cap", o_.execution.memory_cap,
                       "plan cuts and tiles per image size so working memory stays under this; 'none': untiled")
             ->capture_default_str();

@@ -42,13 +42,14 @@ void add_into(Tensor &dst, const Tensor &src) {
 
 // A step whose loss or gradient is not finite: the run stops before the
 // optimizer writes NaN into the weights, and the folder keeps the last epoch saved.
-[[noreturn]] void diverged(const std::string &what, int epoch, int64_t step, float lr, int epochs_saved,
-                           const std::string &dir) {
+[[noreturn]] void diverged(const std::string &what, int epoch, int64_t step, const OptimizerConfig &c,
+                           int epochs_saved, const std::string &dir) {
     std::ostringstream s;
     s << "training diverged: " << what << " at epoch " << epoch + 1 << ", step " << step + 1 << "; ";
     if (epochs_saved > 0) s << dir << " keeps epoch " << epochs_saved << " (--resume it with a lower --lr)";
     else s << "nothing was saved";
-    s << "; try a lower --lr than " << lr;
+    s << "; try a lower --lr than " << c.lr;
+    if (c.weight_decay > 0) s << " or a lower --weight-decay than " << c.weight_decay;
     throw DivergedError(s.str());
 }
 
@@ -230,7 +231,7 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                 counted += r.counted;
                 if (!std::isfinite(loss))
                     diverged("the loss of " + source->name(order[k]) + " is " + std::to_string(loss), epoch,
-                             step, o.optimizer.lr, state.epochs_done, dir);
+                             step, o.optimizer, state.epochs_done, dir);
                 loss_sum += loss;
                 used++;
                 used_here++;
@@ -254,7 +255,7 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
                     }
                     if (!finite)
                         diverged("the gradient of " + params.specs()[p].name + " is not finite", epoch, step,
-                                 o.optimizer.lr, state.epochs_done, dir);
+                                 o.optimizer, state.epochs_done, dir);
                 }
             lr = scheduled_lr(o.lr_schedule, o.optimizer.lr, (int64_t)epoch * steps_per_epoch + step, steps_per_epoch,
                               o.epochs);

@@ -62,10 +62,10 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
     try {
         const json j = json::parse(text);
         if (j.value("format", "") != "segtile-plan/1")
-            throw ModelError(source + ": not a segtile plan (expected \"format\": \"segtile-plan/1\")");
+            throw PlanFileError(source + ": not a segtile plan (expected \"format\": \"segtile-plan/1\")");
         p.model = j.at("model").get<std::string>();
         if (p.model != m.name)
-            throw ModelError(source + ": the plan is for model '" + p.model + "', not '" + m.name + "'");
+            throw PlanFileError(source + ": the plan is for model '" + p.model + "', not '" + m.name + "'");
         p.width = j.at("image").at("width");
         p.height = j.at("image").at("height");
         p.batch = j.at("image").value("batch", 1);
@@ -76,7 +76,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
         for (const auto &n : j.at("cuts")) {
             const std::string name = n.get<std::string>();
             const int l = m.find_layer(name);
-            if (l < 0) throw ModelError(source + ": cut '" + name + "' is not a layer of " + m.name);
+            if (l < 0) throw PlanFileError(source + ": cut '" + name + "' is not a layer of " + m.name);
             p.cuts.push_back(l);
             p.cut_names.push_back(name);
         }
@@ -102,7 +102,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
             p.segments.push_back(sp);
         }
         if (p.segments.size() != p.cuts.size() + 1)
-            throw ModelError(source + ": " + std::to_string(p.cuts.size()) + " cuts need " +
+            throw PlanFileError(source + ": " + std::to_string(p.cuts.size()) + " cuts need " +
                              std::to_string(p.cuts.size() + 1) + " segments, the plan has " +
                              std::to_string(p.segments.size()));
         const json &pr = j.at("predicted");
@@ -115,7 +115,11 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
         p.recompute = pr.value("recompute", 1.0);
         p.seconds = pr.value("seconds", 0.0);
     } catch (const json::exception &e) {
-        throw ModelError(source + ": malformed plan: " + e.what());
+        // nlohmann's messages start with "[json.exception.type.N] ": the rest is the reason.
+        std::string why = e.what();
+        if (why.rfind("[json.", 0) == 0 && why.find("] ") != std::string::npos) why = why.substr(why.find("] ") + 2);
+        throw PlanFileError(source + ": malformed plan: " + why + "; write it again with `segtile plan ... --json " +
+                            source + "`");
     }
     return p;
 }

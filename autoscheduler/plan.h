@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,15 @@ struct Plan {
 };
 
 std::string plan_to_json(const Plan &p);  // pretty-printed
+// A plan file that cannot be read or does not fit the model: bad input (the
+// user's file), not a bad model.
+class PlanFileError : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
 // Reads a plan written by plan_to_json; checks it against the model (layer
-// names, segment count). Throws ModelError naming `source`.
+// names, segment count). Throws PlanFileError naming `source`.
 Plan plan_from_json(const std::string &text, const Model &m, const std::string &source);
 // Per segment: layers, tile, tiles, window, recompute, predicted memory; totals.
 std::string plan_table(const Plan &p, const Model &m);

@@ -194,7 +194,13 @@ int64_t parse_bytes(const std::string &text) {
         {"TB", 1e12}, {"TiB", 1099511627776.0}};
     if (used > 0 && v > 0)
         for (const auto &[name, scale] : units)
-            if (unit == name) return (int64_t)(v * scale);
+            if (unit == name) {
+                const double bytes = v * scale;
+                if (!(bytes < 0x1p62))  // inf included; int64 holds 8 EiB, no machine has 4
+                    throw std::invalid_argument("'" + text + "' is more memory than any machine has: give at most a few TiB");
+                if (bytes < 1) break;
+                return (int64_t)bytes;
+            }
     throw std::invalid_argument("'" + text + "' is not a memory size: give a positive number with an optional unit, e.g. 256MiB, 1.5GiB, 512MB");
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace segtile {
 
@@ -118,7 +119,7 @@ std::vector<int> parse_cuts(const Model &m, const std::string &s) {
             }
         }
         if (idx < 0 || idx >= (int)m.layers.size())
-            throw ModelError("cut '" + item + "' names no layer of model '" + m.name + "'; give layer names or indices");
+            throw std::invalid_argument("cut '" + item + "' names no layer of model '" + m.name + "'; give layer names or indices");
         cuts.push_back(idx);
     }
     return cuts;

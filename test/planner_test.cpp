@@ -430,8 +430,8 @@ TEST(Planner, PlanRoundTripsThroughJson) {
     EXPECT_EQ(q.peak_bytes, p.peak_bytes);
     EXPECT_EQ(q.reserve_bytes, p.reserve_bytes);
     EXPECT_GT(p.reserve_bytes, 0) << "a CPU plan reserves room for the runtime";
-    EXPECT_THROW(plan_from_json("{\"format\": \"segtile-plan/1\", \"model\": \"vgg16\"}", m, "other.json"), ModelError);
-    EXPECT_THROW(plan_from_json("not json", m, "bad.json"), ModelError);
+    EXPECT_THROW(plan_from_json("{\"format\": \"segtile-plan/1\", \"model\": \"vgg16\"}", m, "other.json"), PlanFileError);
+    EXPECT_THROW(plan_from_json("not json", m, "bad.json"), PlanFileError);
 }
 
 // Four shipped models (and the main job's) x two sizes x three caps: the

@@ -28,6 +28,7 @@
 #include "io/image_io.h"
 #include "io/weight_file.h"
 #include "test/io/temp_dir.h"
+#include "test/program_runner.h"
 
 using namespace segtile;
 using ::testing::HasSubstr;
@@ -36,15 +37,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-    int status = -1;
-    std::string out, err;
-};
-
-std::string slurp(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using Result = segtile::testing::ProgramResult;
+using segtile::testing::slurp;
 
 // Sets an environment variable (which the segtile processes inherit) for a scope.
 class ScopedEnv {
@@ -66,17 +60,7 @@ private:
 class ProgramTest : public ::testing::Test {
 protected:
     // Runs `segtile <args>` in the temporary folder.
-    Result segtile(const std::string &args) {
-        const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-        const std::string cmd = "cd '" + dir.path().string() + "' && '" SEGTILE_BIN "' " + args + " >'" + out +
-                                "' 2>'" + err + "'";
-        const int rc = std::system(cmd.c_str());
-        Result r;
-        r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-        r.out = slurp(out);
-        r.err = slurp(err);
-        return r;
-    }
+    Result segtile(const std::string &args) { return segtile::testing::run_segtile(dir.path(), args); }
     // Starts `segtile <args>` in the temporary folder and returns its pid
     // (the shell execs it: the pid is segtile's own).
     pid_t start_segtile(const std::string &args) {
