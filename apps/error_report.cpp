@@ -80,16 +80,18 @@ int report_failure(std::exception_ptr e) {
         return say(kExitBadModel, x.what());
     } catch (const DivergedError &x) {
         return say(kExitDiverged, x.what());
-    } catch (const KernelError &x) {
+    } catch (const InternalError &x) {  // KernelError: a kernel that failed to build, lower or run
         return say(kExitInternal, std::string(x.what()) + kReport);
+    } catch (const Error &x) {  // UsageError, DataError (DatasetError, ImageError, WeightFileError, PlanFileError)
+        return say(kExitBadInput, x.what());
     } catch (const std::bad_alloc &) {
         return say(kExitBadInput, "out of memory: the machine could not give segtile the memory it asked for; "
                                   "use a smaller --memory-cap, smaller images or a larger machine");
-    } catch (const std::invalid_argument &x) {  // bad input of any kind
+    } catch (const std::invalid_argument &x) {  // a library's check of its arguments (parse_bytes...)
         return say(kExitBadInput, x.what());
     } catch (const std::logic_error &x) {  // out_of_range, length_error...: a bug
         return say(kExitInternal, std::string(x.what()) + kReport);
-    } catch (const std::runtime_error &x) {  // DatasetError, ImageError, WeightFileError, files
+    } catch (const std::runtime_error &x) {  // files the standard library failed to read or write
         return say(kExitBadInput, x.what());
     } catch (const Halide::Error &x) {
         return say(kExitInternal, std::string("Halide failed: ") + x.what() + kReport);

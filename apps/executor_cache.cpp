@@ -18,6 +18,7 @@
 #include "generators/jit_kernel.h"
 #include "tiny_cnn_step.h"
 #include "tiny_cnn_tiled.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
@@ -61,7 +62,7 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
 std::pair<int, int> parse_size(const std::string &s, const std::string &what) {
     std::smatch m;
     if (!std::regex_match(s, m, std::regex(R"((\d{1,7})x(\d{1,7}))")) || std::stoi(m[1]) == 0 || std::stoi(m[2]) == 0)
-        throw std::invalid_argument(what + ": expected WIDTHxHEIGHT, e.g. 64x64, got '" + s + "'");
+        throw UsageError(what + ": expected WIDTHxHEIGHT, e.g. 64x64, got '" + s + "'");
     return {std::stoi(m[1]), std::stoi(m[2])};
 }
 
@@ -72,7 +73,7 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
         // Before any planning or compiling: Halide initialises CUDA (loads
         // the driver, finds a GPU) or says it cannot.
         if (!cuda_device_usable())
-            throw std::invalid_argument(
+            throw UsageError(
                 "--target cuda: no usable CUDA device here (Halide could not load the NVIDIA driver or find a GPU); "
                 "drop --target cuda to train on the CPU, or run on a machine with an NVIDIA GPU and its driver "
                 "(`segtile plan --target cuda` plans for one without it)");
@@ -86,7 +87,7 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
         try {
             parse_bytes(opt_.memory_cap);
         } catch (const std::invalid_argument &e) {
-            throw std::invalid_argument(std::string("--memory-cap: ") + e.what() + " (or 'none' to train untiled)");
+            throw UsageError(std::string("--memory-cap: ") + e.what() + " (or 'none' to train untiled)");
         }
     }
 }

@@ -10,6 +10,7 @@
 #include "autoscheduler/gpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "runtime/memory_ledger.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
@@ -22,7 +23,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
         try {
             return parse_bytes(text);
         } catch (const std::invalid_argument &e) {
-            throw std::invalid_argument(std::string(option) + ": " + e.what());
+            throw UsageError(std::string(option) + ": " + e.what());
         }
     };
     if (!opt.memory_cap.empty()) req.memory_cap = bytes("--memory-cap", opt.memory_cap);
@@ -39,7 +40,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     const std::string cal = calibration_path(req.device);
     if (opt.calibrate) {
         if (req.device && !cuda_device_usable())
-            throw std::invalid_argument("--calibrate --target cuda times kernels on this machine's GPU, and Halide finds no "
+            throw UsageError("--calibrate --target cuda times kernels on this machine's GPU, and Halide finds no "
                              "usable CUDA device here: calibrate on the machine with the GPU, or drop --calibrate "
                              "(rates fitted to an H200's measured kernels, docs/gpu.md)");
         std::cout << "calibrating the time model: timing the segment passes of four small models through the "

@@ -13,6 +13,7 @@
 #include "io/csv.h"
 #include "io/image_io.h"
 #include "io/weight_file.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
@@ -35,14 +36,14 @@ std::vector<std::string> list_images(const std::string &where) {
                 out.push_back(e.path().string());
         }
         std::sort(out.begin(), out.end());
-        if (out.empty()) throw std::invalid_argument(where + ": no image files (.png, .jpg, .tif, ...) in this folder");
+        if (out.empty()) throw DataError(where + ": no image files (.png, .jpg, .tif, ...) in this folder");
         return out;
     }
-    if (!fs::exists(where)) throw std::invalid_argument(where + ": no such folder or CSV file; check --images");
+    if (!fs::exists(where)) throw DataError(where + ": no such folder or CSV file; check --images");
     const fs::path base = fs::path(where).parent_path();
     for (const CsvRow &r : read_csv(where)) {
         if (r.fields.empty() || r.fields[0].empty())
-            throw std::invalid_argument(where + ":" + std::to_string(r.line) + ": no file name in the first column");
+            throw DataError(where + ":" + std::to_string(r.line) + ": no file name in the first column");
         std::string lower = r.fields[0];
         std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
         if (out.empty() && r.line == 1 && (lower == "file" || lower == "filename" || lower == "image" ||
@@ -51,7 +52,7 @@ std::vector<std::string> list_images(const std::string &where) {
         const fs::path p(r.fields[0]);
         out.push_back(p.is_absolute() ? p.string() : (base / p).string());
     }
-    if (out.empty()) throw std::invalid_argument(where + ": lists no images");
+    if (out.empty()) throw DataError(where + ": lists no images");
     return out;
 }
 

@@ -1,4 +1,5 @@
 #include "apps/run_config.h"
+#include "spec/errors.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -90,7 +91,7 @@ void check_options(const TrainOptions &o) {
     auto refuse = [](const std::string &option, double v, const std::string &want) {
         std::ostringstream s;
         s << option << " " << v << " is not " << want;
-        throw std::invalid_argument(s.str());
+        throw UsageError(s.str());
     };
     const OptimizerConfig &c = o.optimizer;
     if (!(std::isfinite(c.lr) && c.lr > 0)) refuse("--lr", c.lr, "a finite number above 0 (try 0.01)");
@@ -103,7 +104,7 @@ void check_options(const TrainOptions &o) {
     if (o.images_per_epoch < 1) refuse("--images-per-epoch", o.images_per_epoch, "at least 1");
     if (o.stop_after < 0) refuse("--stop-after", o.stop_after, "at least 0");
     if (o.on_bad_image != "skip" && o.on_bad_image != "stop")
-        throw std::invalid_argument("--on-bad-image: '" + o.on_bad_image + "' is not skip or stop");
+        throw UsageError("--on-bad-image: '" + o.on_bad_image + "' is not skip or stop");
 }
 
 }  // namespace segtile

@@ -10,6 +10,7 @@
 #include "io/atomic_file.h"
 #include "io/plot_png.h"
 #include "io/weight_file.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
@@ -82,13 +83,13 @@ void recover_save(const std::string &dir, std::ostream &log) {
 SavedRun read_run_folder(const std::string &dir) {
     std::ifstream f(dir + "/log.json");
     if (!f)
-        throw std::invalid_argument(dir + "/log.json: cannot read it; --resume takes a run folder written by "
+        throw DataError(dir + "/log.json: cannot read it; --resume takes a run folder written by "
                                           "`segtile train --run DIR` after at least one epoch");
     json j;
     try {
         f >> j;
     } catch (const json::exception &e) {
-        throw std::invalid_argument(dir + "/log.json: not valid JSON (" + e.what() + "); start a new run");
+        throw DataError(dir + "/log.json: not valid JSON (" + e.what() + "); start a new run");
     }
     SavedRun saved;
     try {
@@ -96,7 +97,7 @@ SavedRun read_run_folder(const std::string &dir) {
         saved.state.epochs_done = j.at("epochs_done");
         for (const auto &e : j.at("epochs")) saved.state.epochs.push_back(epoch_from_json(e));
     } catch (const json::exception &e) {
-        throw std::invalid_argument(dir + "/log.json: missing or wrong field (" + e.what() + "); start a new run");
+        throw DataError(dir + "/log.json: missing or wrong field (" + e.what() + "); start a new run");
     }
     return saved;
 }

@@ -2,6 +2,7 @@
 
 #include "io/dataset.h"
 #include "runtime/marks_task.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
@@ -80,7 +81,7 @@ std::unique_ptr<SampleSource> make_source(const TrainOptions &o, const Model &m)
         task.width = w;
         task.height = h;
         if (w < task.mark_size || h < task.mark_size)
-            throw std::invalid_argument("--size " + o.size + ": the built-in task draws " +
+            throw UsageError("--size " + o.size + ": the built-in task draws " +
                                         std::to_string(task.mark_size) + "-pixel marks; use at least " +
                                         std::to_string(task.mark_size) + "x" + std::to_string(task.mark_size) +
                                         " (the default is " + TrainOptions().size + ")");

@@ -8,6 +8,7 @@
 
 #include "apps/commands.h"
 #include "apps/error_report.h"
+#include "spec/errors.h"
 
 int main(int argc, char **argv) {
     segtile::install_crash_handlers();
@@ -22,7 +23,7 @@ int main(int argc, char **argv) {
             try {
                 app.get_subcommand(argv[1]);
             } catch (const CLI::OptionNotFound &) {
-                throw std::invalid_argument(std::string("unknown command '") + argv[1] +
+                throw segtile::UsageError(std::string("unknown command '") + argv[1] +
                                             "': use train, plan or predict (see segtile --help)");
             }
         }

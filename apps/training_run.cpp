@@ -15,6 +15,7 @@
 #include "io/dataset.h"
 #include "io/folder_lock.h"
 #include "io/weight_file.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
@@ -29,7 +30,7 @@ float scheduled_lr(const std::string &schedule, float lr, int64_t step, int64_t 
         // Compared without integer division, so that short runs start at lr.
         return lr * (4 * epoch >= 3 * (int64_t)epochs ? 0.01f : 2 * epoch >= (int64_t)epochs ? 0.1f : 1.0f);
     }
-    throw std::invalid_argument("--lr-schedule: unknown schedule '" + schedule + "'; use constant, cosine or step");
+    throw UsageError("--lr-schedule: unknown schedule '" + schedule + "'; use constant, cosine or step");
 }
 
 namespace {
@@ -69,7 +70,7 @@ void check_fits_in_memory(const Model &m, int64_t w, int64_t h, int64_t physical
     int64_t bytes = w * h * m.input_channels * 4 + out.width * out.height * out.channels * 4;
     if (m.loss.kind == LossKind::MeanSquaredError) bytes += w * h * 4 * (1 + m.output_channels());
     if (physical > 0 && bytes > physical)
-        throw std::invalid_argument("images of " + std::to_string(w) + "x" + std::to_string(h) + " need " +
+        throw DataError("images of " + std::to_string(w) + "x" + std::to_string(h) + " need " +
                                     format_bytes(bytes) + " of host memory each (the image, its output and any target "
                                     "as float32), more than this machine's " + format_bytes(physical) +
                                     "; use smaller images (--size for the built-in task)");
@@ -137,7 +138,7 @@ void run(const TrainOptions &o, const std::string &dir, RunState state, bool res
         const std::string want = std::to_string(state.epochs_done);
         if (wmeta.count("epoch") == 0 || wmeta.at("epoch") != want || ometa.count("epoch") == 0 ||
             ometa.at("epoch") != want)
-            throw std::invalid_argument(dir + ": weights.safetensors, optimizer.safetensors and log.json are of "
+            throw DataError(dir + ": weights.safetensors, optimizer.safetensors and log.json are of "
                                               "different epochs (the run was stopped while saving); start a new run");
     }
     ExecutionOptions exec_opt = o.execution;
@@ -317,13 +318,13 @@ void train(TrainOptions opt, std::ostream &log) {
     const bool existed = fs::exists(opt.run);
     std::error_code ec;
     fs::create_directories(opt.run, ec);
-    if (ec) throw std::invalid_argument("cannot create the run folder '" + opt.run + "': " + ec.message() +
+    if (ec) throw DataError("cannot create the run folder '" + opt.run + "': " + ec.message() +
                                         "; pass a writable --run");
     FolderLock lock(opt.run);
     try {
         if (existed) recover_save(opt.run, log);
         if (fs::exists(opt.run + "/log.json"))
-            throw std::invalid_argument("run folder '" + opt.run + "' already holds a run; continue it with --resume " +
+            throw DataError("run folder '" + opt.run + "' already holds a run; continue it with --resume " +
                                         opt.run + " or pass another --run");
         run(opt, opt.run, RunState{}, false, log);
     } catch (...) {
@@ -335,7 +336,7 @@ void train(TrainOptions opt, std::ostream &log) {
 
 void resume(const std::string &run_dir, const ResumeOptions &changes, std::ostream &log) {
     if (!fs::is_directory(run_dir))
-        throw std::invalid_argument(run_dir + ": no such run folder; --resume takes a folder written by "
+        throw DataError(run_dir + ": no such run folder; --resume takes a folder written by "
                                               "`segtile train --run DIR` after at least one epoch");
     FolderLock lock(run_dir);  // before recovery: another process may be saving
     recover_save(run_dir, log);

@@ -13,17 +13,13 @@
 #include <string>
 
 #include "apps/run_config.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
-// Training stopped because a loss or a batch gradient became
-// non-finite (NaN or infinite); the message names the epoch, the step and
-// the image. The run folder keeps the last finite epoch's files. Exit code 4.
-class DivergedError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
+// DivergedError (spec/errors.h): a loss or a batch gradient became
+// non-finite; the message names the epoch, the step and the image, and the
+// run folder keeps the last finite epoch's files.
 
 // Trains, printing per-epoch lines to `log` and a progress bar on stderr.
 // A run that fails before its first save leaves no run folder behind.

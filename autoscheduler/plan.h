@@ -62,9 +62,9 @@ struct Plan {
 std::string plan_to_json(const Plan &p);  // pretty-printed
 // A plan file that cannot be read or does not fit the model: bad input (the
 // user's file), not a bad model.
-class PlanFileError : public std::invalid_argument {
+class PlanFileError : public DataError {
 public:
-    using std::invalid_argument::invalid_argument;
+    using DataError::DataError;
 };
 
 // Reads a plan written by plan_to_json; checks it against the model (layer

@@ -28,9 +28,9 @@
 
 namespace segtile {
 
-class DatasetError : public std::runtime_error {
+class DatasetError : public DataError {
 public:
-    using std::runtime_error::runtime_error;
+    using DataError::DataError;
 };
 
 enum class DatasetKind { Classification, Segmentation };

@@ -1,4 +1,5 @@
 #include "io/folder_lock.h"
+#include "spec/errors.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -24,7 +25,7 @@ FolderLock::FolderLock(std::string dir) : dir_(std::move(dir)) {
         close(fd_);
         fd_ = -1;
         if (err == EWOULDBLOCK)
-            throw std::invalid_argument("run folder '" + dir_ + "' is in use by another segtile process" +
+            throw DataError("run folder '" + dir_ + "' is in use by another segtile process" +
                                         (n > 0 ? " (pid " + std::string(pid, (size_t)n) + ")" : std::string()) +
                                         "; wait for it to finish or pass another --run");
         throw std::runtime_error("cannot lock '" + path + "': " + std::strerror(err));

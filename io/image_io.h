@@ -30,12 +30,13 @@
 
 #include "HalideBuffer.h"
 #include "runtime/tensor.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
-class ImageError : public std::runtime_error {
+class ImageError : public DataError {
 public:
-    using std::runtime_error::runtime_error;
+    using DataError::DataError;
 };
 
 enum class ImageFormat { Png, Jpeg, Tiff, Slide };

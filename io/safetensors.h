@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "runtime/tensor.h"
+#include "spec/errors.h"
 
 namespace segtile {
 
 // Every problem with a weight file: the message names the file, the tensor
 // and what differs or is broken.
-class WeightFileError : public std::runtime_error {
+class WeightFileError : public DataError {
 public:
-    using std::runtime_error::runtime_error;
+    using DataError::DataError;
 };
 
 // One tensor's header entry.

@@ -4,14 +4,13 @@
 // `segtile` maps it to exit status 70 and asks for a report.
 #pragma once
 
-#include <stdexcept>
-#include <string>
+#include "spec/errors.h"
 
 namespace segtile {
 
-class KernelError : public std::runtime_error {
+class KernelError : public InternalError {
 public:
-    using std::runtime_error::runtime_error;
+    using InternalError::InternalError;
 };
 
 }  // namespace segtile

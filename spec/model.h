@@ -8,14 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace segtile {
+#include "spec/errors.h"
 
-// Thrown for every user-caused problem with a model; the message names the
-// file, the layer and what to change.
-class ModelError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
+namespace segtile {
 
 enum class LayerKind {
     Conv2d,

@@ -1,4 +1,5 @@
 #include "spec/segments.h"
+#include "spec/errors.h"
 
 #include <algorithm>
 #include <set>
@@ -30,7 +31,7 @@ SegmentLayout make_segments(const Model &m, std::vector<int> cuts, bool image_gr
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     for (int c : cuts)
         if (c < 0 || c >= end)
-            throw ModelError(m.source + ": cut after layer " + std::to_string(c) +
+            throw UsageError(m.source + ": cut after layer " + std::to_string(c) +
                              " is outside the tiled trunk; cut after layers 0.." + std::to_string(end - 1) + " ('" +
                              m.layers[0].name + "'..'" + m.layers[std::max(end - 1, 0)].name + "')");
     SegmentLayout out;
@@ -119,7 +120,7 @@ std::vector<int> parse_cuts(const Model &m, const std::string &s) {
             }
         }
         if (idx < 0 || idx >= (int)m.layers.size())
-            throw std::invalid_argument("cut '" + item + "' names no layer of model '" + m.name + "'; give layer names or indices");
+            throw UsageError("cut '" + item + "' names no layer of model '" + m.name + "'; give layer names or indices");
         cuts.push_back(idx);
     }
     return cuts;

@@ -196,6 +196,7 @@ std::vector<Case> cases() {
         {train("--data good.csv --cuts relu1 --tile 0x0"), kBadInput, {"--tile"}},
         {train("--data good.csv --cuts relu1 --tile 8"), kBadInput, {"--tile", "8"}},
         {train("--data good.csv --cuts nolayer --tile 8x8"), kBadInput, {"nolayer"}},
+        {train("--data good.csv --cuts fc --tile 8x8"), kBadInput, {"outside the tiled trunk"}},
         {train("--data good.csv --tile 8x8"), kOk, {}},  // one segment, tiled
         {train("--data good.csv --plan nothere.json"), kBadInput, {"nothere.json"}},
         {train("--data good.csv --plan good.csv"), kBadInput, {"good.csv"}},

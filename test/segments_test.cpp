@@ -102,13 +102,13 @@ TEST(Segments, BadCutsFailWithWhatToChange) {
     try {
         make_segments(m, {m.find_layer("fc")});
         FAIL();
-    } catch (const ModelError &e) {
+    } catch (const UsageError &e) {
         EXPECT_NE(std::string(e.what()).find("outside the tiled trunk"), std::string::npos) << e.what();
     }
     try {
         parse_cuts(m, "pool2,nosuchlayer");
         FAIL();
-    } catch (const ModelError &e) {
+    } catch (const UsageError &e) {
         EXPECT_NE(std::string(e.what()).find("'nosuchlayer' names no layer"), std::string::npos) << e.what();
     }
     EXPECT_EQ(parse_cuts(m, "pool2,9"), (std::vector<int>{m.find_layer("pool2"), 9}));
@@ -119,7 +119,7 @@ TEST(ImageSize, TooSmallNamesNearestValidSizes) {
     try {
         m.shapes(20, 40);
         FAIL();
-    } catch (const ModelError &e) {
+    } catch (const UsageError &e) {
         const std::string w = e.what();
         EXPECT_NE(w.find("too small"), std::string::npos) << w;
         EXPECT_NE(w.find("nearest valid widths: 32"), std::string::npos) << w;

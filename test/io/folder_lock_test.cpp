@@ -1,4 +1,5 @@
 #include "io/folder_lock.h"
+#include "spec/errors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -23,7 +24,7 @@ TEST(FolderLock, SecondHolderIsRefusedNamingTheFirstsPid) {
     try {
         FolderLock second(dir.path().string());
         FAIL() << "a second lock on one folder was granted";
-    } catch (const std::invalid_argument &e) {
+    } catch (const DataError &e) {
         EXPECT_THAT(e.what(), HasSubstr("in use by another segtile process"));
         EXPECT_THAT(e.what(), HasSubstr("pid " + std::to_string(getpid())));
     }
