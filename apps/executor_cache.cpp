@@ -7,12 +7,12 @@
 #include <regex>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "autoscheduler/calibrate.h"
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/gpu_schedule.h"
 #include "io/atomic_file.h"
+#include "spec/environment.h"
 #include "runtime/host_threads.h"
 
 #include "generators/jit_kernel.h"
@@ -32,10 +32,9 @@ constexpr int kUntiled = -1;  // the cut-set key of the untiled step
 // thread count, so it is kept in
 // ~/.cache/segtile/plans (or $SEGTILE_HOME/plans) under a key of those.
 std::string plan_cache_path(const Model &m, const std::string &model_arg, const PlanOptions &p) {
-    const char *home = std::getenv("SEGTILE_HOME");
-    const char *user = std::getenv("HOME");
-    if (!home && !user) return "";
-    const std::string dir = home ? std::string(home) + "/plans" : std::string(user) + "/.cache/segtile/plans";
+    const std::string home = environment::home();
+    if (home.empty()) return "";
+    const std::string dir = home + "/plans";
     auto text_of = [](const std::string &path) {
         std::ifstream f(path);
         std::stringstream s;
@@ -44,11 +43,10 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
     };
     std::string model_text = text_of(model_arg);
     if (model_text.empty()) model_text = text_of(models_dir() + "/" + model_arg + ".json");
-    const char *threads = std::getenv("HL_NUM_THREADS");
     std::ostringstream key;
     key << model_text << '|' << p.width << 'x' << p.height << '|' << p.memory_cap << '|' << p.checkpoint_cap << '|'
         << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path(p.target == "cuda")) << '|'
-        << (threads ? threads : std::to_string(std::thread::hardware_concurrency())) << "|schedule "
+        << environment::threads() << "|schedule "
         << kCpuScheduleVersion << "|planner " << kPlannerVersion << (p.target == "cuda" ? "|cuda" : "")
         << (p.image_gradient ? "|image gradient" : "");
     std::ostringstream name;

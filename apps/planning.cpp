@@ -3,13 +3,13 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <thread>
 
 #include "autoscheduler/calibrate.h"
 #include "autoscheduler/cpu_schedule.h"
 #include "autoscheduler/gpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "runtime/memory_ledger.h"
+#include "spec/environment.h"
 #include "spec/errors.h"
 
 namespace segtile {
@@ -32,8 +32,7 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     req.device = opt.target == "cuda";
     req.image_gradient = opt.image_gradient;
     if (!opt.cuts.empty()) req.allowed_cuts = {opt.cuts == "none" ? std::vector<int>{} : parse_cuts(m, opt.cuts)};
-    const char *threads = std::getenv("HL_NUM_THREADS");
-    req.threads = threads ? std::max(1, std::atoi(threads)) : (int)std::thread::hardware_concurrency();
+    req.threads = environment::threads();
     // The time model's rates: measured on this machine once, then reused.
     // A GPU's are kept apart: priced at the CPU's, the VGG16 plan at 1024^2
     // cut before nearly every conv.

@@ -15,6 +15,7 @@
 #include "generators/jit_kernel.h"
 #include "runtime/executor.h"
 #include "spec/builder.h"
+#include "spec/environment.h"
 
 namespace segtile {
 
@@ -197,8 +198,8 @@ std::string calibration_report(const Calibration &c) {
 }
 
 std::string calibration_path(bool device) {
-    const char *home = std::getenv("SEGTILE_HOME");
-    std::string dir = home ? home : std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/segtile";
+    std::string dir = environment::home();
+    if (dir.empty()) dir = "./.cache/segtile";
     return dir + (device ? "/calibration_cuda.json" : "/calibration.json");
 }
 

@@ -228,11 +228,9 @@ int64_t reduction_channels(Func f) {
 // block, so its buffer is one block: after unrolling LLVM keeps it in
 // vector registers (rows x channels accumulators; 24 of AVX-512's 32) while
 // the reduction runs over taps and input channels. Each input vector
-// loaded then feeds `channels` FMAs and each broadcast weight `rows`.
-// Measured (conv 3x3 64->64 at 128^2, 2 cores): 63 GFLOP/s with f at root
-// and the same loop blocking (LLVM does not promote the accumulators),
-// 300 with this. x and y round up: a partial block scalarises, which
-// halved the rate at 100^2. Channels round up too. This relies on how
+// loaded then feeds `channels` FMAs and each broadcast weight `rows`
+// (with f at root, LLVM does not promote the accumulators). x, y and
+// channels round up, as a partial block scalarises. This relies on how
 // segtile builds its pipelines (generators/): the extra pixels read tensors
 // that are bounded (clamped) or adjoints defined everywhere, the extra
 // channels read parameter copies clamped to their extents; the extra
@@ -260,20 +258,13 @@ ConvBand schedule_conv(Func f, const Halide::Target &target, bool band_producers
         .split(c, co, ci, channels, Halide::TailStrategy::RoundUp);
     // Blocks in chunks of kChunkBlocks along x times kChannelGroup
     // channel blocks: the chunk's input rows (all input channels) stay in
-    // L2 while every channel block of the group reads them. Channel blocks
-    // outermost swept a whole band of input rows per block of 4 output
-    // channels: 2 MiB for 64 channels at 1024 wide, twice the L2 (a
-    // forward conv cost 3.9x more per pixel at 1024^2 than at 256^2).
-    // Groups inside bands of rows (the parallel tasks are the groups of
-    // one band, then the next): a band's input rows (2 MiB for 64 channels
-    // at 1024 wide) come from memory once and stay in L3 for every group.
-    // Bands inside groups streamed the image from memory once per group:
-    // conv 3x3 128->128 at 512^2 at 37% of peak, 68% this way.
-    // The batch stays out of the parallel loop: fused with the guarded
-    // channel groups, Halide's bound on it grew with their count (a
-    // buffer of 3.5 GB for VGG16 at 256^2).
-    // A chunk is at most kChunkBudget of input rows: 8 blocks of 512
-    // input channels read 2.1 MiB (VGG16's conv4 at 1024^2), twice the L2.
+    // L2 while every channel block of the group reads them. Groups inside
+    // bands of rows (the parallel tasks are the groups of one band, then
+    // the next): a band's input rows come from memory once and stay in L3
+    // for every group. The batch stays out of the parallel loop: fused
+    // with the guarded channel groups, Halide's bound on it grows with
+    // their count. A chunk is at most kChunkBudget of input rows, so that
+    // many input channels do not overflow the L2.
     const int chunk = std::clamp(kChunkBudget / std::max<int64_t>(1, int64_t(rows + 2) * width * reduction_channels(f) *
                                                                           f.type().bytes()),
                                  int64_t(1), int64_t(kChunkBlocks));
@@ -286,8 +277,8 @@ ConvBand schedule_conv(Func f, const Halide::Target &target, bool band_producers
     // With producers per band (band_producers below), bands are the outer
     // parallel loop, each computing its producers once for every group;
     // groups run in parallel inside it, as the tasks of a small image's
-    // one or two bands. Bands per group recomputed a producer once per
-    // group: a 1x1 conv's input gradient went from 45% of peak to 26%.
+    // one or two bands (bands per group would recompute a producer once
+    // per group).
     if (band_producers) {
         outer = {yo.name()};
         block.parallel(coo);
@@ -295,9 +286,8 @@ ConvBand schedule_conv(Func f, const Halide::Target &target, bool band_producers
     const std::string loop = parallelise(block, outer);
     // Every block has the same constant size: a stack array that LLVM
     // promotes to registers, loops that unroll without guards (a guarded
-    // channel tail measured 30% slower: conv 3x3 64->64 forward, 98 vs 140
-    // GFLOP/s, and a block extent Halide could not prove constant for
-    // layers of fewer than 4 channels).
+    // channel tail is slower, and for layers of fewer than 4 channels
+    // Halide cannot prove a guarded block's extent constant).
     f.compute_at(block, xoi).bound_storage(x, width).bound_storage(y, rows).bound_storage(c, channels);
     f.vectorize(x).unroll(y).unroll(c);
     for (int k = 0; k < f.num_update_definitions(); k++) {
@@ -332,20 +322,15 @@ bool weight_grad_shaped(Func f) {
 // and block of 2 input x 4 output channels: 24 vector accumulators in a
 // stack buffer of constant size, which LLVM keeps in registers over the
 // whole image while each output-gradient vector feeds 6 FMAs and each
-// input row, loaded at the 3 shifts of its taps, 4. Per tap (4 x 4
-// channels, 16 accumulators) a block loaded 8 vectors for 16 FMAs and its
-// 4 + 4 channel planes were streamed again for each of the 9 taps: the
-// loads, not the FMAs, set its pace (conv 3x3 64->64 at 128^2: 46% of
-// peak). Computed per block of channels for all taps and rows at once, the
-// accumulators were loaded and stored around every FMA (standalone conv
-// 3x3 64->64 at 128^2, one core: 52 GFLOP/s against 190 per tap). Kernels
+// input row, loaded at the 3 shifts of its taps, 4 (per tap, the loads
+// rather than the FMAs would set the pace; for all taps and rows at once,
+// the accumulators would be loaded and stored around every FMA). Kernels
 // wider than 3 taps (a 7x7 stem) and those of unknown shape stay per tap.
 // Parallel over output-channel blocks (each task owns its slice of dw).
 // Channels round up to whole blocks, as in schedule_conv: the extra
 // channels read sources clamped to their channels (generators/kernels.cpp)
 // and adjoints defined everywhere; the blocks unroll without guards
-// (unrolled with guarded tails, Halide took 65 s instead of 14 to lower
-// VGG16's backward kernel).
+// (unrolled guarded tails make Halide's lowering several times slower).
 constexpr int kNarrowVectors = 2, kMaxFusedTaps = 3;
 constexpr int64_t kBandBytes = int64_t(8) << 20;  // a quarter of the 32 MiB L3 that both cores share
 
@@ -356,11 +341,8 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
     // the kernel's row of taps and as many output channels as the
     // accumulators allow (3 x 3 x 2 or 3 x 1 x 8 of AVX-512's 32
     // registers). Rounded up to a block of 4 channels per tap, each
-    // output-gradient plane streamed once per tap and a quarter (three
-    // quarters for 1 channel) of the loads and FMAs were padding. Weight
-    // gradients, three runs of each binary alternating: conv 3x3 3->64 at
-    // 256^2 19-32% -> 33-35% of peak, 3->32 at 512^2 30-32% -> 27-36%,
-    // 1->16 at 512^2 13.4-13.7% -> 18-19%.
+    // output-gradient plane would stream once per tap and a quarter (three
+    // quarters for 1 channel) of the loads and FMAs would be padding.
     const bool image_input = extents.size() == 4 && extents[2] % 2 == 1 && extents[2] <= 3;
     const bool fuse = extents.size() == 4 && extents[0] > 1 && extents[0] <= kMaxFusedTaps && (extents[2] % 2 == 0 || image_input);
     const int taps = fuse ? extents[0] : 1;
@@ -384,8 +366,7 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
     // Image rows in bands of at most kBandBytes of input and output-gradient
     // rows, the outermost loop: every channel block sweeps a band (in L3)
     // rather than the whole image (from memory once planes outgrow the
-    // caches: conv 3x3 64->64 at 1024^2 streamed 36 GiB per call, at 31% of
-    // peak). The band's height is a run-time expression of the image's
+    // caches). The band's height is a run-time expression of the image's
     // width: a small image (a deep layer, a tile) is one band, as each band
     // adds a parallel loop and the partial sums' reduction.
     const bool banded = image.size() > 1 && image[0] == r && extent.defined() && extents.size() == 4;
@@ -401,15 +382,12 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
     Var cio("cio"), cii("cii"), coo("coo"), coi("coi");
     // The sum of a block's lanes: the channel block (unrolled) inside the
     // lane loop, so its in_block x out_block sums are independent chains
-    // of adds. Lanes innermost made each weight a chain of 16 dependent
-    // scalar adds, which set the pace where the image is small (conv 3x3
-    // 512->1024 at 8x8: 64 pixels per weight, 80% of the call).
-    // Where the image is narrow (deep layers, small tiles) each weight
-    // sums few pixels and the 16 scalar adds per weight cost as much as its
-    // FMAs: the lanes are summed as one vector (a shuffle tree, an atomic
-    // add per weight) instead (conv 1x1 1024->512 at 8x8: weight gradient
-    // 2.9 -> 1.6 ms). Wide images keep the scalar sums: a share too small
-    // to measure.
+    // of adds, not a chain of dependent scalar adds per weight, which
+    // would set the pace where the image is small. Where the image is
+    // narrow (deep layers, small tiles) each weight sums few pixels and
+    // its scalar adds would cost as much as its FMAs: the lanes are summed
+    // as one vector (a shuffle tree, an atomic add per weight) instead.
+    // Wide images keep the scalar sums, a share too small to measure.
     std::vector<VarOrRVar> order{cii, coi, ri, kx, ky, cio, coo};
     if (banded) order.emplace_back(yo);
     Stage merge = f.update(0);
@@ -434,7 +412,7 @@ void schedule_weight_grad(Func f, const Halide::Target &target, const std::vecto
     // registers (LLVM loads and stores them around every row, as the row
     // loop is split into a main part and a guarded tail).
     // A tap loop stays out of the block unless unrolled (per tap, a loop
-    // of run-time extent 1 inside it cost 12%: conv 1x1 128->64).
+    // of run-time extent 1 inside it slows the block).
     std::vector<VarOrRVar> block_vars{u};
     if (taps > 1) block_vars.push_back(kx);
     block_vars.insert(block_vars.end(), {ci, co});
@@ -577,8 +555,7 @@ bool inline_pointwise(Func f, bool output, const Callers &c) {
     // Read at x / s, each value is needed s^2 times: a Func that gathers
     // several points (a max pool's argmax over its 4 taps, read by the
     // pool's adjoint in pure form, unclamp_adjoints.h) is computed once at
-    // root instead (inlined, a max pool's input gradient of 64 channels at
-    // 128^2 took 1.7-2.1 ms instead of 1.4-1.5).
+    // root instead of s^2 times inlined.
     if (c.coarse_sites > 0 && calls_in(f.function()) > 1) return false;
     f.compute_inline();
     return true;
@@ -641,17 +618,12 @@ bool inline_view(Func f, bool output, const std::map<std::string, Halide::Intern
 // bounded copy of a segment's input, a leaky ReLU of a batch norm, an
 // output gradient's pointwise adjoint), which at root is written to memory
 // whole and read back by the conv. Per band it stays in L2/L3 between the
-// two, and its buffer is one band per worker. Darknet19's block (conv 1x1
-// 128->64, batch norm, leaky ReLU, conv 3x3 64->128 at 256^2): forward
-// 60% -> 77% of peak, input gradient 48% -> 60%. Backward kernels gain
+// two, and its buffer is one band per worker. Backward kernels gain
 // little: their recomputed activations are read by a conv and by a weight
 // gradient, so they stay at root. A producer read by a weight gradient
-// alone, computed per band of its image rows (the serial loop around the
-// parallel channel blocks), measured no gain and a loss: Darknet19's block
-// backward 60-64% of peak either way, a 1x1 conv's (128->64 at 256^2) 45%
-// -> 39%, its input copy made in parallel tasks per band where one pass at
-// root streamed it (best of three, alternating, 2026-12-05). Returns
-// producer -> conv.
+// alone stays at root too: per band of the gradient's image rows it runs
+// as parallel tasks inside a serial loop, no faster and sometimes slower
+// than one streaming pass at root. Returns producer -> conv.
 std::map<std::string, std::string> band_producers(const std::map<std::string, Halide::Internal::Function> &env,
                                                   const std::map<std::string, Callers> &callers,
                                                   const std::set<std::string> &outputs) {
@@ -778,9 +750,8 @@ void schedule_func(Func f, bool output, const Halide::Target &target, const std:
     if (f.dimensions() > 0 && param) schedule_parameter(f, width, *param);
     else if (f.dimensions() > 0) {
         // Parallel tasks big enough to outweigh the thread pool's cost per
-        // task: blocks of rows and channels (all of y, c, n fused made a task per row:
-        // 2 to 8 vectors, and a task per 3-element row of VGG16's 512->512
-        // weight gradient copy, 4 ms for 2.4 MiB).
+        // task: blocks of rows and channels (all of y, c, n fused would
+        // make a task per row, of 2 to 8 vectors).
         vectorise(f, f.args()[0].name(), width);
         std::vector<std::string> outer;
         for (int i = 1; i < f.dimensions(); i++) outer.push_back(f.args()[i].name());

@@ -300,9 +300,8 @@ bool parameter_copy(const Func &f) {
 void schedule_func(Func f, bool output, const GpuScheduleOptions &o) {
     // Convs only (and rfactor partials, above): a max pool in registers
     // per thread made Halide check its one-point bound at run time, in the
-    // kernel, where a failed check is a trap (found on an H200, 2026-12-04:
-    // every step failed with CUDA_ERROR_LAUNCH_FAILED; compute-sanitizer
-    // named l_pool1's wrapper kernel).
+    // kernel, where a failed check is a trap: every call then fails with
+    // CUDA_ERROR_LAUNCH_FAILED.
     if (!output && conv_shaped(f) && !reduces_an_image(f)) return schedule_in_registers(f, o);
     f.compute_root();
     std::vector<std::string> args;

@@ -1,4 +1,5 @@
 #include "autoscheduler/lowered_memory.h"
+#include "spec/environment.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -257,12 +258,12 @@ private:
                                   : goes_to_heap(op, known ? std::optional<int64_t>(bytes) : std::nullopt);
         if (heap && !known) {
             unknown++;
-            if (std::getenv("SEGTILE_LOWERED_DEBUG"))
+            if (environment::lowered_debug())
                 for (const auto &e : op->extents)
                     std::cerr << "lowered_memory: unknown extent of " << op->name << ": " << simplify(bind_.mutate(e)) << "\n";
         }
         // Names the large buffers, with their extents as lowered and as evaluated.
-        if (heap && known && bytes > (int64_t(64) << 20) && std::getenv("SEGTILE_LOWERED_DEBUG")) {
+        if (heap && known && bytes > (int64_t(64) << 20) && environment::lowered_debug()) {
             std::cerr << "lowered_memory: " << op->name << " " << bytes << " bytes:";
             for (const auto &e : op->extents) std::cerr << " [" << e << " = " << simplify(bind_.mutate(e)) << "]";
             std::cerr << "\n";

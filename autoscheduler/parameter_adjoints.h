@@ -5,8 +5,8 @@
 // built before. Autodiff names the adjoint p_X_0_d_def__, but that comes
 // out as p_X$4_0_d_def__ where the copy was p_X$4, and as
 // p_X_4_0_d_def__$2 where that name was taken too; matched by name, a
-// planned JIT step of Darknet19 at 1024^2 lost 18 of its 19 weight
-// gradients' shapes (docs/benchmarks.md, 2026-12-05).
+// planned JIT step (whose planner lowers kernels first) loses most of its
+// weight gradients' shapes.
 #pragma once
 
 #include <map>

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "spec/cost.h"
+#include "spec/environment.h"
 #include "runtime/memory_ledger.h"
 #include "spec/tiling.h"
 
@@ -314,7 +315,7 @@ public:
         }
         const int64_t an_k = an.plan.kernel_bytes, ex_k = ex.plan.kernel_bytes;
         ratios_[{a, b}] = an_k > 0 ? (double)ex_k / (double)an_k : 1.0;
-        if (std::getenv("SEGTILE_PLAN_DEBUG"))
+        if (environment::plan_debug())
             std::fprintf(stderr, "calibrate %s..%s tile %lld: analytic %lld exact %lld ratio %.2f\n",
                          m_.layers[a].name.c_str(), m_.layers[b].name.c_str(), (long long)ex.plan.tile.width,
                          (long long)an_k, (long long)ex_k, ratios_[{a, b}]);

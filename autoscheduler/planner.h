@@ -30,16 +30,6 @@ namespace segtile {
 
 // Plans cached on disk (apps/executor_cache.cpp) key on this: bump it when
 // the search or its time and memory models change what it chooses.
-// 2: a layer's forward counted twice only where its backward needs it again
-// 3: the image's gradient only where the request asks for it
-// 4: the time model counts activation traffic beside FLOPs
-// 5: a backward that gives nothing training reads is not run (spec/segments.h backward_needed)
-// 6: the runtime reserve reported apart (Plan::reserve_bytes); global_avg_pool sums in(r.x, r.y);
-//    GPU plans priced at device_time_rates()
-// 7: on the CPU no cut at a checkpoint of 2^31 elements or more (Halide refuses windows of it)
-// 8: a layer reading the image priced without its input gradient unless the
-//    request asks for it; CPU calibration times the executor's segments
-// 9: a CPU backward holds a compensation tensor beside its weight-gradient partials
 constexpr int kPlannerVersion = 9;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
@@ -63,12 +53,11 @@ public:
 // against a 3x3 conv on 32^2); with the elements, 0.79x to 1.51x
 // (docs/design.md, Planner).
 // Defaults: measured on the development machine (2 cores of an AMD EPYC,
-// AVX-512; schedule v16), fitted to one steady Darknet19 step at 1024^2
-// (docs/benchmarks.md). `segtile plan --calibrate` measures the host's.
-// They must stay in proportion to each other: the planner trades
-// recomputed FLOPs and activations against checkpoint copies and calls.
-// (Planner versions 1-3 defaulted to 20 GFLOP/s, 7x below this machine's
-// rate, which made recomputation look 7x dearer than copies.)
+// AVX-512), fitted to one steady Darknet19 step at 1024^2.
+// `segtile plan --calibrate` measures the host's. They must stay in
+// proportion to each other: the planner trades recomputed FLOPs and
+// activations against checkpoint copies and calls, so a FLOP rate 7x too
+// low makes recomputation look 7x dearer than copies.
 // A rate a fit found no use for, or a cost a target does not have.
 constexpr double kUnusedRate = 1e18;
 
@@ -80,10 +69,10 @@ struct TimeRates {
     // Trainable weights a backward call passes over, whatever its tile's
     // size: its weight gradients' lane partials, their zero init and sums
     // (autoscheduler/cpu_schedule.cpp). A deep conv's weight gradient
-    // (256->512 at 64^2) took 1.7x longer in 4 tiles than in one, where
-    // FLOPs, elements, copies and calls priced 1.03x (calibration,
-    // 2026-12-05). The default: that calibration's fit on this machine
-    // (16.7 ns per weight and call).
+    // (256->512 at 64^2) takes 1.7x longer in 4 tiles than in one, where
+    // FLOPs, elements, copies and calls price 1.03x. The default: a
+    // calibration's fit on the development machine (16.7 ns per weight and
+    // call).
     double weights_per_second = 6e7;
 };
 
@@ -91,11 +80,10 @@ struct TimeRates {
 // A CUDA GPU's rates (PlanRequest::device). `segtile plan --calibrate`
 // measures a CPU; these are fitted (bench/gpu/fit_device_rates.cpp) to the
 // kernel seconds of the GPU check's four runs on an H200 (VGG16 and
-// Darknet19 at 4096^2 and 8192^2, 1024-pixel tiles, 2026-12-04, schedule of
+// Darknet19 at 4096^2 and 8192^2, 1024-pixel tiles, the schedule of
 // 2a9087c): each segment's measured time 0.86x to 1.30x the prediction.
 // The host's own work between calls (window staging, gradient adds) is
-// not in them: 2 to 8 s of those steps before the executor overlapped it
-// with the GPU (docs/gpu.md).
+// not in them; the executor overlaps it with the GPU (docs/gpu.md).
 // Their weight passes are not measured on a GPU yet (none is priced).
 inline TimeRates device_time_rates() { return {6.68e12, 5.36e10, 1.06e10, 2.18e-3, kUnusedRate}; }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "Halide.h"
+#include "spec/environment.h"
 
 namespace segtile::schedule {
 
@@ -16,7 +17,7 @@ namespace segtile::schedule {
 constexpr Halide::TailStrategy kTail = Halide::TailStrategy::GuardWithIf;
 
 // SEGTILE_SCHEDULE_DEBUG=1 prints each scheduling decision to stderr.
-inline bool debug() { return std::getenv("SEGTILE_SCHEDULE_DEBUG") != nullptr; }
+inline bool debug() { return environment::schedule_debug(); }
 
 // Loop names of split dims are qualified ("x.x_vi"); scheduling calls take
 // the last part and match it as a suffix.

@@ -8,6 +8,7 @@
 #include "generators/kernel_pipeline.h"
 #include "generators/kernels.h"
 #include "runtime/device_memory.h"
+#include "spec/environment.h"
 #include "spec/kernel_error.h"
 
 namespace segtile {
@@ -67,10 +68,10 @@ JitKernel::JitKernel(const Model &m, const SegmentLayout &layout, KernelKind kin
         // For reading what a schedule became (docs/benchmarks.md): the
         // lowered statement and the assembly, written to the named files.
         const Halide::Target target = schedule == Schedule::Gpu ? segtile_cuda_target(jit) : jit;
-        if (const char *d = std::getenv("SEGTILE_DUMP_STMT"))
+        if (const std::string d = environment::dump_stmt_dir(); !d.empty())
             Halide::Pipeline(out_funcs).compile_to_lowered_stmt(dump_path(d, m, kind, segment, ".stmt"), args,
                                                                 Halide::StmtOutputFormat::Text, target);
-        if (const char *d = std::getenv("SEGTILE_DUMP_ASM"))
+        if (const std::string d = environment::dump_asm_dir(); !d.empty())
             Halide::Pipeline(out_funcs).compile_to_assembly(dump_path(d, m, kind, segment, ".s"), args, "kernel", target);
         callable_ = Halide::Pipeline(out_funcs).compile_to_callable(args, target);
     } catch (const Halide::Error &e) {

@@ -3,9 +3,8 @@
 // kernel called once per tile
 // allocates the same intermediates on every call; returned to the system
 // (glibc maps blocks of 128 KiB and more, and unmaps them on free) each one
-// was faulted in again, page by page, on the next call: conv 3x3 64->64 at
-// 128^2, backward with relu, 110-156 GFLOP/s with fresh pages, 213 with
-// reused ones (2026-12-02, docs/benchmarks.md).
+// was faulted in again, page by page, on the next call, which cost a conv
+// 3x3 backward about a third of its time.
 //
 // The owner (MemoryLedger) counts cached blocks as held memory and evicts
 // before any allocation that would raise its peak, so the peak it reports

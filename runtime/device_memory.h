@@ -81,8 +81,7 @@ std::vector<int64_t> device_allocations_of(const MemoryLedger *ledger);
 // The cache is on by default in Halide 21 (halide_reuse_device_allocations):
 // a freed device buffer is kept for the next allocation of about its size,
 // which is how tiles reuse device memory, but up to ~33 blocks outlive the
-// last kernel call and stay charged to the ledger that paid for them (found
-// on an H200, 2026-12-04: 40 blocks, 61352 bytes, after a tiny_cnn step).
+// last kernel call and stay charged to the ledger that paid for them.
 // The executor calls this when a step ends. The cache stays on after.
 void release_cached_device_allocations();
 

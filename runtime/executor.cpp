@@ -152,8 +152,8 @@ void sync_to_host(std::deque<Buffer> &views, KernelContext *ctx = nullptr) {
 // Before a device kernel call: Halide copies an input to a fresh device
 // allocation only when its host side is marked dirty (halide_copy_to_device
 // skips a clean one), and a view of a host tensor starts clean, so without
-// this the kernel reads uninitialised device memory (found on an H200,
-// 2026-12-04: zero weights, a loss of ln 2, NaNs). An input that already
+// this the kernel reads uninitialised device memory (zero weights, a loss
+// of ln 2, NaNs). An input that already
 // has its device copy (a segment's parameters after its first tile) is left
 // alone and not copied again.
 void mark_inputs_host_dirty(const std::vector<KernelArg> &sig, const std::vector<void *> &args) {

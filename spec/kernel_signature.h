@@ -59,11 +59,10 @@ bool has_arg(const std::vector<KernelArg> &sig, const std::string &name);
 // The tensors a segment kernel bounds by a window: its inputs and the layers
 // it computes, each over the region this tile needs of it (spec/tiling.h),
 // in index order. Which tensors these are is structural; the windows are
-// computed on the host and passed as scalars. Derived inside the kernel
-// from the tile through every layer instead, each window was an expression
-// as deep as the segment, and Halide's lowering of a backward kernel grew
-// with that depth: 11 minutes for VGG16's 31 layers, 46 s with windows
-// passed (2 cores, 2026-11-30).
+// computed on the host and passed as scalars, because a window derived
+// inside the kernel from the tile through every layer is an expression as
+// deep as the segment, and Halide's lowering of a backward kernel grows
+// with that depth (minutes for VGG16).
 std::vector<int> window_tensors(const Model &m, const SegmentSpec &s);
 
 // Layers a kernel evaluates (and whose parameters it reads).

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "spec/environment.h"
 #include "spec/model.h"
 
 namespace segtile {
@@ -165,7 +166,7 @@ Model load_model_file(const std::string &path) {
 }
 
 std::string models_dir() {
-    if (const char *d = std::getenv("SEGTILE_MODELS_DIR")) return d;
+    if (std::string d = environment::models_dir(); !d.empty()) return d;
 #ifdef SEGTILE_MODELS_DIR
     return SEGTILE_MODELS_DIR;
 #else

@@ -119,7 +119,7 @@ TEST(ImageSize, TooSmallNamesNearestValidSizes) {
     try {
         m.shapes(20, 40);
         FAIL();
-    } catch (const UsageError &e) {
+    } catch (const ModelError &e) {
         const std::string w = e.what();
         EXPECT_NE(w.find("too small"), std::string::npos) << w;
         EXPECT_NE(w.find("nearest valid widths: 32"), std::string::npos) << w;

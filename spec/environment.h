@@ -1,0 +1,34 @@
+// Every environment variable segtile reads, one function each; this is the
+// only place that reads one (scripts/check_sources.sh checks it). Each
+// is read when called, nothing is cached. docs/program.md, "Environment",
+// is the user's list.
+#pragma once
+
+#include <string>
+
+namespace segtile::environment {
+
+// SEGTILE_HOME, else $HOME/.cache/segtile; "" when neither is set. Plans,
+// calibrations and compiled kernels are cached below it.
+std::string home();
+
+// SEGTILE_MODELS_DIR: where shipped models are looked up ("" when unset).
+std::string models_dir();
+
+// HL_NUM_THREADS (Halide's own variable), else the hardware's thread count:
+// the threads a plan is timed for.
+int threads();
+
+// SEGTILE_DUMP_STMT / SEGTILE_DUMP_ASM: folders that receive each JIT
+// kernel's lowered statement / assembly ("" when unset).
+std::string dump_stmt_dir();
+std::string dump_asm_dir();
+
+// Debug printing: SEGTILE_SCHEDULE_DEBUG (the schedule each stage gets),
+// SEGTILE_LOWERED_DEBUG (allocations the lowered-memory model counts),
+// SEGTILE_PLAN_DEBUG (every candidate plan the search evaluates).
+bool schedule_debug();
+bool lowered_debug();
+bool plan_debug();
+
+}  // namespace segtile::environment
