@@ -9,8 +9,8 @@
 #include <stdexcept>
 
 #include "autoscheduler/calibrate.h"
-#include "autoscheduler/cpu_schedule.h"
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/cpu_schedule.h"
+#include "schedules/gpu_schedule.h"
 #include "io/atomic_file.h"
 #include "spec/environment.h"
 #include "runtime/host_threads.h"

@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include "autoscheduler/calibrate.h"
-#include "autoscheduler/cpu_schedule.h"
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/cpu_schedule.h"
+#include "schedules/gpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "runtime/memory_ledger.h"
 #include "spec/environment.h"

@@ -7,7 +7,7 @@
 
 #include <sys/resource.h>
 
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "generators/jit_kernel.h"
 #include "runtime/executor.h"

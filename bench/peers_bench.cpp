@@ -2,7 +2,7 @@
 // scheduled by Halide's Li2018, Adams2019 and Mullapudi2016 autoschedulers
 // (the plugins of the same Halide package, estimates set for the image
 // size; generators/peer_schedule.h) and by segtile's CPU schedule
-// (autoscheduler/cpu_schedule.cpp); then segtile's planned, tiled step
+// (schedules/cpu_schedule.cpp); then segtile's planned, tiled step
 // under caps of 1/4 and 1/16 of segtile's untiled peak measured just
 // before (issue 4). The peers have no way to run under a cap: their rows'
 // peaks say how far over it they are. Counters: bench/step_run.h, and the

@@ -18,7 +18,7 @@
 #   gradients (SegmentLayout::image_gradient, docs/design.md).
 #
 # TARGET cuda builds the kernels for ${SEGTILE_CUDA_TARGET} with the GPU
-# schedule (autoscheduler/gpu_schedule.h). Halide's CUDA backend emits PTX
+# schedule (schedules/gpu_schedule.h). Halide's CUDA backend emits PTX
 # without a GPU, so these build everywhere; at run time the Halide runtime
 # loads libcuda and copies host buffers to the device by itself. They use
 # their own runtime, segtile_halide_runtime_cuda: a program links both

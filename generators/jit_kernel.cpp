@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "autoscheduler/cpu_schedule.h"
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/cpu_schedule.h"
+#include "schedules/gpu_schedule.h"
 #include "generators/kernel_pipeline.h"
 #include "generators/kernels.h"
 #include "runtime/device_memory.h"

@@ -15,7 +15,7 @@ namespace segtile {
 // compile for deep models) or the reference one (every Func at root: fast to
 // compile; what the correctness tests of large models use), or one of
 // Halide's autoschedulers, named in a PeerSchedule (benchmarks' baselines),
-// or the GPU schedule for CUDA (autoscheduler/gpu_schedule.h; running it
+// or the GPU schedule for CUDA (schedules/gpu_schedule.h; running it
 // needs a GPU, and the executor's set_device).
 enum class Schedule { Cpu, Reference, Peer, Gpu };
 

@@ -3,8 +3,8 @@
 // the head after a tiled trunk. Inputs and outputs depend on the model and
 // the cuts, so they are declared in configure() from the signature.
 #include "Halide.h"
-#include "autoscheduler/cpu_schedule.h"
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/cpu_schedule.h"
+#include "schedules/gpu_schedule.h"
 #include "generators/kernels.h"
 #include "spec/kernel_signature.h"
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "autoscheduler/parameter_adjoints.h"
+#include "schedules/parameter_adjoints.h"
 
 namespace segtile {
 

@@ -22,7 +22,7 @@ namespace segtile {
 // inference computes (every tensor a segment kernel reads is a Func defined
 // everywhere: the sources are bounded copies, generators/model_graph.cpp).
 // Rewrites each such update of a parameter's adjoint that a gradient
-// output among `outputs` reads (autoscheduler/parameter_adjoints.h);
+// output among `outputs` reads (schedules/parameter_adjoints.h);
 // returns how many.
 int whole_vector_rows(const std::vector<Halide::Func> &outputs, int lanes);
 

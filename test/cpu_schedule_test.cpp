@@ -1,4 +1,4 @@
-// The CPU schedule (autoscheduler/cpu_schedule.cpp) at shapes where its
+// The CPU schedule (schedules/cpu_schedule.cpp) at shapes where its
 // blocking depends on the image: a weight gradient summed over several
 // bands of rows, the last one partial, rows and channels that fill no
 // whole register block, and no whole parallel task. The gradients equal
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <regex>
 
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 #include "autoscheduler/lowered_memory.h"
 #include "generators/jit_kernel.h"
 #include "generators/kernel_pipeline.h"

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/gpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "autoscheduler/lowered_memory.h"
 #include "autoscheduler/planner.h"

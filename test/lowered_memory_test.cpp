@@ -6,7 +6,7 @@
 #include <random>
 #include <thread>
 
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 #include "autoscheduler/lowered_memory.h"
 #include "generators/jit_kernel.h"
 #include "generators/kernel_pipeline.h"

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "autoscheduler/calibrate.h"
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "autoscheduler/planner.h"
 #include "autoscheduler/rate_fit.h"

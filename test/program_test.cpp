@@ -23,7 +23,7 @@
 #include <sstream>
 
 #include "autoscheduler/calibrate.h"
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/gpu_schedule.h"
 #include "io/folder_lock.h"
 #include "io/image_io.h"
 #include "io/weight_file.h"

@@ -46,7 +46,7 @@
 #include <thread>
 #include <typeinfo>
 
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "autoscheduler/planner.h"
 #include "generators/jit_kernel.h"

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <random>
 
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 #include "generators/layers/pooling.h"
 #include "generators/unclamp_adjoints.h"
 

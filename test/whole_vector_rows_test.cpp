@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 #include "generators/whole_vector_rows.h"
 #include "test/test_support.h"
 

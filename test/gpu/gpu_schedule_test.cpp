@@ -8,8 +8,8 @@
 // the paper's 11 GiB device at the tile sizes the GPU check uses.
 #include <gtest/gtest.h>
 
-#include "autoscheduler/conv_shape.h"
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/conv_shape.h"
+#include "schedules/gpu_schedule.h"
 #include "generators/jit_kernel.h"
 #include "generators/kernel_pipeline.h"
 #include "spec/kernel_call.h"

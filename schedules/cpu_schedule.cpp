@@ -1,4 +1,4 @@
-#include "autoscheduler/cpu_schedule.h"
+#include "schedules/cpu_schedule.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,9 +8,9 @@
 #include <set>
 #include <sstream>
 
-#include "autoscheduler/conv_shape.h"
-#include "autoscheduler/parameter_adjoints.h"
-#include "autoscheduler/schedule_primitives.h"
+#include "schedules/conv_shape.h"
+#include "schedules/parameter_adjoints.h"
+#include "schedules/schedule_primitives.h"
 
 namespace segtile {
 

@@ -1,4 +1,4 @@
-#include "autoscheduler/gpu_schedule.h"
+#include "schedules/gpu_schedule.h"
 
 #include <cstdio>
 #include <algorithm>
@@ -8,8 +8,8 @@
 #include <sstream>
 #include <string>
 
-#include "autoscheduler/conv_shape.h"
-#include "autoscheduler/schedule_primitives.h"
+#include "schedules/conv_shape.h"
+#include "schedules/schedule_primitives.h"
 
 namespace segtile {
 
