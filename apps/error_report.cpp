@@ -74,7 +74,7 @@ int report_failure(std::exception_ptr e) {
         return say(kExitBadInput, m + " (see segtile --help)");
     } catch (const CLI::ParseError &x) {
         return say(kExitBadInput, std::string(x.what()) + " (see segtile --help)");
-    } catch (const PlanError &x) {
+    } catch (const InfeasibleError &x) {  // PlanError; DeviceMemoryError (a GPU kernel refused memory past the cap)
         return say(kExitCapTooSmall, x.what());
     } catch (const ModelError &x) {
         return say(kExitBadModel, x.what());

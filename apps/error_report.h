@@ -13,7 +13,7 @@ enum ExitStatus : int {
     kExitOk = 0,
     kExitBadInput = 1,    // data, images, weights, options, run folder, file system
     kExitBadModel = 2,    // a model file (ModelError)
-    kExitCapTooSmall = 3, // memory cap below the smallest feasible (PlanError)
+    kExitCapTooSmall = 3, // memory cap below the smallest feasible (InfeasibleError: PlanError, DeviceMemoryError)
     kExitDiverged = 4,    // loss or gradients became non-finite (DivergedError)
     kExitInternal = 70,   // a bug in segtile (EX_SOFTWARE of sysexits.h)
 };

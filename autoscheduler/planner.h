@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "autoscheduler/plan.h"
+#include "spec/errors.h"
 #include "spec/kernel_call.h"
 #include "spec/model.h"
 
@@ -37,10 +38,9 @@ constexpr int kPlannerVersion = 9;
 // it); with exact kernel memory it can exceed the true minimum slightly
 // (the long MeasuredPeak test: 272.6 MiB named for VGG16 at 64^2, where a
 // plan of 270.3 MiB exists).
-class PlanError : public std::runtime_error {
+class PlanError : public InfeasibleError {
 public:
-    PlanError(const std::string &what, int64_t smallest_cap)
-        : std::runtime_error(what), smallest_feasible_cap(smallest_cap) {}
+    PlanError(const std::string &what, int64_t smallest_cap) : InfeasibleError(what), smallest_feasible_cap(smallest_cap) {}
     int64_t smallest_feasible_cap;
 };
 

@@ -19,6 +19,7 @@
 #include "runtime/step_kernel.h"
 #include "runtime/parameters.h"
 #include "runtime/tensor.h"
+#include "spec/errors.h"
 #include "spec/segments.h"
 #include "spec/tiling.h"
 
@@ -169,9 +170,9 @@ private:
 };
 
 // A kernel call on the device was refused memory past the device cap.
-class DeviceMemoryError : public std::runtime_error {
+class DeviceMemoryError : public InfeasibleError {
 public:
-    using std::runtime_error::runtime_error;
+    using InfeasibleError::InfeasibleError;
 };
 
 }  // namespace segtile

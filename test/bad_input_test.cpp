@@ -130,6 +130,9 @@ void write_inputs(const segtile::testing::TempDir &d) {
     model("unknown_input.json", conv + R"(, {"name": "r1", "type": "relu", "inputs": "nothing"}, )" + tail);
     model("later_input.json", R"({"name": "r0", "type": "relu", "inputs": "r1"}, )" + conv +
                                   R"(, {"name": "r1", "type": "relu"}, )" + tail);
+    // A cycle: each of two layers names the other as its input.
+    model("cycle.json", conv + R"(, {"name": "r1", "type": "relu", "inputs": "r2"},
+        {"name": "r2", "type": "relu", "inputs": "r1"}, )" + tail);
     model("channels.json", conv + R"(, {"name": "c2", "type": "conv2d", "inputs": "input", "out_channels": 8, "kernel": 1},
         {"name": "sum", "type": "add", "inputs": ["c1", "c2"]}, )" + tail);
     model("stride_0.json", R"({"name": "c1", "type": "conv2d", "out_channels": 4, "kernel": 3, "stride": 0}, )" + tail);
@@ -214,6 +217,7 @@ std::vector<Case> cases() {
         {train("--data good.csv --model unknown_op.json"), kBadModel, {"unknown_op.json", "conv3d"}},
         {train("--data good.csv --model unknown_input.json"), kBadModel, {"unknown_input.json", "nothing"}},
         {train("--data good.csv --model later_input.json"), kBadModel, {"later_input.json", "r1"}},
+        {train("--data good.csv --model cycle.json"), kBadModel, {"cycle.json", "r2"}},
         {train("--data good.csv --model channels.json"), kBadModel, {"channels.json", "sum", "channel"}},
         {train("--data good.csv --model stride_0.json"), kBadModel, {"stride_0.json", "stride"}},
         {train("--data good.csv --model kernel_0.json"), kBadModel, {"kernel_0.json", "kernel"}},

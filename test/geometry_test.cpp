@@ -1,4 +1,5 @@
-// The analytic geometry of spec/geometry.h against Halide's own bounds
+// The region maps of spec/region_map.h (input_span, required_boxes: what
+// the executor allocates and the kernels read) against Halide's own bounds
 // inference on the layer Funcs of generators/layers.
 //
 // Halide's answer comes from Halide::Internal::boxes_required applied to each
@@ -24,7 +25,7 @@
 #include "generators/layers/resampling.h"
 #include "generators/model_graph.h"
 #include "spec/builder.h"
-#include "spec/geometry.h"
+#include "spec/region_map.h"
 
 namespace segtile {
 namespace {
@@ -33,6 +34,51 @@ namespace HI = Halide::Internal;
 using Halide::Expr;
 using Halide::Func;
 using Halide::ImageParam;
+
+// ---------------------------------------------------------------------------
+// The production maps (spec/region_map.h) on inclusive integer intervals.
+
+struct Interval {
+    int64_t lo = 0, hi = -1;  // empty when hi < lo
+    int64_t extent() const { return hi >= lo ? hi - lo + 1 : 0; }
+    bool empty() const { return hi < lo; }
+    bool operator==(const Interval &o) const { return lo == o.lo && hi == o.hi; }
+};
+
+struct Region {
+    Interval x, y;
+    bool empty() const { return x.empty() || y.empty(); }
+    Region intersect(const Region &o) const {
+        return {{std::max(x.lo, o.x.lo), std::min(x.hi, o.x.hi)}, {std::max(y.lo, o.y.lo), std::min(y.hi, o.y.hi)}};
+    }
+    bool operator==(const Region &o) const { return x == o.x && y == o.y; }
+};
+
+Interval input_interval(const Layer &l, const Interval &out) {
+    if (out.empty()) return out;
+    const Span<int64_t> in = input_span<int64_t, IntOps>(l, {out.lo, out.hi});
+    return {in.lo, in.hi};
+}
+
+Region input_region(const Layer &l, const Region &out) { return {input_interval(l, out.x), input_interval(l, out.y)}; }
+
+// required_boxes for layers 0..target producing `out` of `target`: every
+// layer's needed region (index i) and the input's (index L); empty where
+// nothing is needed.
+std::vector<Region> required_regions(const Model &m, int target, const Region &out, int64_t width, int64_t height) {
+    const auto shapes = m.shapes(width, height);
+    const int L = (int)m.layers.size();
+    using B = Box<int64_t>;
+    std::vector<B> full(L + 1);
+    for (int i = 0; i < L; i++) full[i] = {{0, shapes[i].width - 1}, {0, shapes[i].height - 1}};
+    full[L] = {{0, width - 1}, {0, height - 1}};
+    const B want{{out.x.lo, out.x.hi}, {out.y.lo, out.y.hi}};
+    const auto need = required_boxes<int64_t, IntOps>(m, 0, target, {{target, want}}, full);
+    std::vector<Region> r(L + 1);
+    for (int i = 0; i <= L; i++)
+        if (need[i]) r[i] = {{need[i]->x.lo, need[i]->x.hi}, {need[i]->y.lo, need[i]->y.hi}};
+    return r;
+}
 
 // ---------------------------------------------------------------------------
 // Halide's side.
@@ -508,107 +554,6 @@ TEST(GeometryUnit, InputIntervalPerLayer) {
     // elementwise: identity; empty stays empty
     EXPECT_EQ(input_interval(relu_layer(), {-5, 7}), (Interval{-5, 7}));
     EXPECT_TRUE(input_interval(conv_layer(3, 1, 1, 1), Interval{}).empty());
-}
-
-TEST(GeometryUnit, ChainGeometrySingleLayers) {
-    ChainGeometry g = chain_geometry({conv_layer(3, 1, 1, 1)});
-    EXPECT_EQ(g.stride_num, 1);
-    EXPECT_EQ(g.stride_den, 1);
-    EXPECT_EQ(g.receptive_field, 3);
-    EXPECT_EQ(g.halo_lo, 1);
-    EXPECT_EQ(g.halo_hi, 1);
-
-    g = chain_geometry({conv_layer(3, 1, 0, 1)});  // valid conv: all the reach is after
-    EXPECT_EQ(g.receptive_field, 3);
-    EXPECT_EQ(g.halo_lo, 0);
-    EXPECT_EQ(g.halo_hi, 2);
-
-    g = chain_geometry({conv_layer(3, 2, 2, 2)});
-    EXPECT_EQ(g.stride_num, 2);
-    EXPECT_EQ(g.receptive_field, 5);
-    EXPECT_EQ(g.halo_lo, 2);
-    EXPECT_EQ(g.halo_hi, 2);
-
-    g = chain_geometry({pool_layer(LayerKind::MaxPool, 2, 2, 0)});
-    EXPECT_EQ(g.stride_num, 2);
-    EXPECT_EQ(g.receptive_field, 2);
-    EXPECT_EQ(g.halo_lo, 0);
-    EXPECT_EQ(g.halo_hi, 1);
-
-    g = chain_geometry({relu_layer()});
-    EXPECT_EQ(g.stride_num, 1);
-    EXPECT_EQ(g.receptive_field, 1);
-    EXPECT_EQ(g.halo_lo, 0);
-    EXPECT_EQ(g.halo_hi, 0);
-
-    g = chain_geometry({upsample_layer(2)});
-    EXPECT_EQ(g.stride_num, 1);
-    EXPECT_EQ(g.stride_den, 2);
-    EXPECT_EQ(g.receptive_field, 1);
-
-    // Stride 2 then x2: stride 1/1, but odd output pixels read what even
-    // ones do, [o - 1 - o % 2, o + 1 - o % 2], so the halo spans both.
-    g = chain_geometry({conv_layer(3, 2, 1, 1), upsample_layer(2)});
-    EXPECT_EQ(g.stride_num, 1);
-    EXPECT_EQ(g.stride_den, 1);
-    EXPECT_EQ(g.receptive_field, 3);
-    EXPECT_EQ(g.halo_lo, 2);
-    EXPECT_EQ(g.halo_hi, 1);
-
-    // x2 then k3 p1: output o reads [floor((o-1)/2), floor((o+1)/2)]: two
-    // pixels, one before floor(o/2) for even o, one after for odd o.
-    g = chain_geometry({upsample_layer(2), conv_layer(3, 1, 1, 1)});
-    EXPECT_EQ(g.stride_num, 1);
-    EXPECT_EQ(g.stride_den, 2);
-    EXPECT_EQ(g.receptive_field, 2);
-    EXPECT_EQ(g.halo_lo, 1);
-    EXPECT_EQ(g.halo_hi, 1);
-
-    EXPECT_EQ(chain_geometry({}).receptive_field, 1);
-}
-
-TEST(GeometryUnit, Vgg16TrunkReceptiveField) {
-    std::vector<Layer> trunk;
-    for (int convs : {2, 2, 3, 3, 3}) {
-        for (int i = 0; i < convs; i++) trunk.push_back(conv_layer(3, 1, 1, 1));
-        trunk.push_back(relu_layer());
-        trunk.push_back(pool_layer(LayerKind::MaxPool, 2, 2, 0));
-    }
-    const ChainGeometry g = chain_geometry(trunk);
-    EXPECT_EQ(g.stride_num, 32);
-    EXPECT_EQ(g.stride_den, 1);
-    EXPECT_EQ(g.receptive_field, 212);
-    EXPECT_EQ(g.halo_lo, 90);
-    EXPECT_EQ(g.halo_hi, 121);
-}
-
-// chain_geometry's promise: output pixel o reads within
-// [floor(o*num/den) - halo_lo, floor(o*num/den) + halo_hi], exactly that when
-// the chain has no upsample, and the receptive field is the most any output
-// pixel reads. (Before the fix the halo came from pixel 0 alone, which
-// upsampling chains overrun: e.g. upsample(f2) -> upsample(f3) ->
-// conv2d(k3 s3 p0 d2), output -29.)
-TEST(GeometryProperty, ChainGeometryMatchesComposedRegions) {
-    std::mt19937 rng(99);
-    auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
-    for (int c = 0; c < 2000; c++) {
-        const std::vector<Layer> chain = random_chain(rng);
-        const ChainGeometry g = chain_geometry(chain);
-        const bool upsamples = std::any_of(chain.begin(), chain.end(),
-                                           [](const Layer &l) { return l.kind == LayerKind::Upsample; });
-        int64_t widest = 0;
-        for (int64_t o = -30; o <= 30; o++) {
-            const Interval in = analytic_chain_region(chain, Region{{o, o}, {o, o}}).x;
-            widest = std::max(widest, in.extent());
-            const int64_t at = floor_div(o * g.stride_num, g.stride_den);
-            const Interval bound{at - g.halo_lo, at + g.halo_hi};
-            ASSERT_EQ(bound.hull(in), bound) << describe(chain) << ": output " << o << " reads " << str(in)
-                                             << " beyond " << str(bound);
-            if (!upsamples)
-                ASSERT_EQ(in, bound) << describe(chain) << ": output " << o << " reads " << str(in);
-        }
-        ASSERT_EQ(g.receptive_field, widest) << describe(chain);
-    }
 }
 
 }  // namespace
