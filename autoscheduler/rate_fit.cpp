@@ -68,11 +68,6 @@ TimeRates to_rates(const std::vector<double> &x) {
 
 }  // namespace
 
-double predicted_seconds(const TimeRates &r, const TimeSample &s) {
-    return s.flops / r.flops_per_second + s.elements / r.elements_per_second + s.moved_bytes / r.bytes_per_second +
-           s.calls * r.seconds_per_tile + s.weight_elements / r.weights_per_second;
-}
-
 TimeSample priced(const SegmentPlan &s) {
     TimeSample t{s.flops, s.elements, s.moved_bytes, (double)s.calls, 0};
     t.weight_elements = s.weight_elements;
