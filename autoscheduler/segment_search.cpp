@@ -128,7 +128,7 @@ SegmentSearch::Eval SegmentSearch::evaluate(int a, int b, TileSize tile, bool us
     e.plan.window_height = w.need[primary_input]->y.hi - w.need[primary_input]->y.lo + 1;
     e.plan.forward_bytes = fk;
     // On the CPU the executor sums the partials over tiles with a
-    // compensation tensor as large (Kahan's; runtime/executor.cpp).
+    // compensation tensor as large (Kahan's; runtime/host_copies.cpp).
     const int64_t carries = req_.device ? 0 : partials;
     e.plan.backward_bytes = backward ? partials + carries + grad_windows + bk : 0;
     if (req_.device) {

@@ -36,7 +36,7 @@ struct TimeRates {
     double seconds_per_tile = 30e-6;     // call overhead per kernel call
     // Trainable weights a backward call passes over, whatever its tile's
     // size: its weight gradients' lane partials, their zero init and sums
-    // (schedules/cpu_schedule.cpp). A deep conv's weight gradient
+    // (schedules/cpu_weight_grad.cpp). A deep conv's weight gradient
     // (256->512 at 64^2) takes 1.7x longer in 4 tiles than in one, where
     // FLOPs, elements, copies and calls price 1.03x. The default: a
     // calibration's fit on the development machine (16.7 ns per weight and

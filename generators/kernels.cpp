@@ -42,8 +42,8 @@ Func wrap_source(const Func &src, int channels, const std::string &name) {
 }
 
 // A parameter's copy, clamped to its extents: the CPU schedule computes
-// convolutions in blocks of channels rounded up (autoscheduler/
-// cpu_schedule.cpp), whose extra channels read weights and biases past the
+// convolutions in blocks of channels rounded up (schedules/
+// cpu_conv.cpp), whose extra channels read weights and biases past the
 // last one. Their values are never used; in range the copy is exact.
 Func wrap_param(const Func &src, const std::vector<int64_t> &dims, const std::string &name) {
     auto v = vars_for((int)dims.size());
@@ -83,7 +83,7 @@ Built build_tensors(const Model &m, const std::vector<KernelArg> &sig, const Ker
     for (const auto &a : sig) {
         if (a.output || a.scalar) continue;
         if (a.param >= 0)
-            b.params[a.param] = wrap_param(in.buffers.at(a.name), specs[a.param].dims, "p_" + c_identifier(specs[a.param].name));
+            b.params[a.param] = wrap_param(in.buffers.at(a.name), specs[a.param].dims, parameter_func_name(specs[a.param].name));
         else if (a.name.rfind("in_", 0) == 0) {
             const int channels = a.tensor == (int)m.layers.size() ? m.input_channels : m.layers[a.tensor].channels;
             b.sources[a.tensor] = wrap_source(in.buffers.at(a.name), channels, "src_" + a.name);

@@ -19,7 +19,7 @@ bool round_up(Function &fn, int lanes) {
     const Call *self = add ? add->a.as<Call>() : nullptr;
     if (!self || self->call_type != Call::Halide || self->name != fn.name()) return false;
     // The innermost RVar of run-time extent that no LHS argument uses: the
-    // image x the sum runs over (as cpu_schedule.cpp's reduction_rvar).
+    // image x the sum runs over (as schedules/cpu_loops.cpp's reduction_rvar).
     for (auto &rv : d.schedule().rvars()) {
         bool in_lhs = false;
         for (const Expr &a : d.args()) in_lhs = in_lhs || expr_uses_var(a, rv.var);

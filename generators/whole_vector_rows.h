@@ -11,8 +11,8 @@ namespace segtile {
 
 // A parameter's adjoint from propagate_adjoints sums over the image,
 //   d_w(kx, ky, ci, co) += inc(r.x, r.y, r.z, ...)   (r.x: image x, a run-time extent),
-// and the CPU schedule splits r.x into vector lanes (autoscheduler/
-// cpu_schedule.cpp). Halide runs the lanes of a row's last, partial vector
+// and the CPU schedule splits r.x into vector lanes (schedules/
+// cpu_weight_grad.cpp). Halide runs the lanes of a row's last, partial vector
 // under a predicate, accumulators included: LLVM then loads and stores the
 // accumulators around every FMA (conv 3x3 512->1024 at 8x8, rows half a
 // vector: weight gradient at 26 GFLOP/s), or scalarises them. This makes

@@ -121,10 +121,16 @@ private:
     void allocate_store(int64_t width, int64_t height);
     Halide::Runtime::Buffer<> image_view(const Tensor &images, int n) const;
     std::vector<Tensor> make_partials(const ParamStore &params, int first, int last) const;
+    struct TileCall;    // executor_tiles.h
+    struct SegmentRun;  // executor_tiles.h
+    struct DeviceStep;  // executor_tiles.h
     void run_segment(int s, bool backward, ParamStore &params);
-    struct TileCall;
-    struct SegmentRun;
-    struct DeviceStep;
+    // A segment's tiles in `order` ((tx, ty), row by row), one call at a
+    // time (executor_tiles.cpp) or overlapped on a device (device_tiles.cpp).
+    void run_tiles_one_at_a_time(SegmentRun &run, const std::vector<std::pair<size_t, size_t>> &order,
+                                 ParamStore &params);
+    void run_tiles_overlapped(SegmentRun &run, const std::vector<std::pair<size_t, size_t>> &order,
+                              ParamStore &params);
     std::unique_ptr<TileCall> prepare_tile(SegmentRun &run, size_t tx, size_t ty, ParamStore &params);
     void launch_tile(SegmentRun &run, TileCall &c);
     void collect_tile(SegmentRun &run, TileCall &c);

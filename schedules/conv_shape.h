@@ -41,7 +41,7 @@ inline bool pure_lhs(Func f, int k) {
 // constant extent (kernel taps and input channels): a forward conv, or
 // autodiff's gather for a conv's input gradient. Each output point is a
 // short dot product, so it is computed in register blocks as in Halide's
-// apps/conv_layer (cpu_schedule.cpp, gpu_schedule.cpp).
+// apps/conv_layer (cpu_conv.cpp, gpu_schedule.cpp).
 inline bool conv_update_shaped(Func f, int k) {
     if (!pure_lhs(f, k)) return false;
     const auto rvars = f.update(k).get_schedule().rvars();

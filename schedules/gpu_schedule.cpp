@@ -46,22 +46,9 @@ std::vector<Dim> loops(const Stage &s) {
     return d;
 }
 
-// Per LHS position: the Var there if no other LHS position uses it (so
-// distinct values write distinct elements and its loop may run in parallel
-// threads), else "". RVars and scatter index expressions give "".
-std::vector<std::string> safe_pure_positions(const std::vector<Expr> &lhs) {
-    std::vector<std::string> names(lhs.size());
-    for (size_t i = 0; i < lhs.size(); i++) {
-        const auto *v = lhs[i].as<Halide::Internal::Variable>();
-        if (!v || v->reduction_domain.defined() || v->param.defined() || v->image.defined()) continue;
-        bool elsewhere = false;
-        for (size_t j = 0; j < lhs.size(); j++) elsewhere = elsewhere || (j != i && expr_uses_var(lhs[j], v->name));
-        if (!elsewhere) names[i] = v->name;
-    }
-    std::vector<std::string> out;
-    for (const auto &n : names)
-        if (!n.empty()) out.push_back(n);
-    return out;
+// The pure Vars of an update whose loops may run in parallel threads.
+std::vector<std::string> parallel_vars(const std::vector<Expr> &lhs) {
+    return schedule::nonempty(schedule::safe_pure_positions(lhs));
 }
 
 bool contains(const std::vector<std::string> &v, const std::string &s) {
@@ -136,7 +123,7 @@ bool gather_shaped(Func f) {
 // threads, and f is computed per thread in registers. A conv computes a
 // block of xb pixels x cb channels per thread, unrolled: each input loaded
 // feeds cb multiply-adds and each weight xb. The block rounds up (as the
-// CPU's does, cpu_schedule.cpp schedule_conv): the extra pixels and
+// CPU's does, cpu_conv.cpp schedule_conv): the extra pixels and
 // channels read clamped or bounded sources and are never read.
 // A conv's block of xb pixels x cb channels, f computed per thread: a
 // constant size (which Halide cannot infer through the fused thread loop's
@@ -243,7 +230,7 @@ void schedule_update(Func f, int k, const GpuScheduleOptions &o) {
             // A parameter's gradient (p_...: weights, biases) only: the
             // global pool's partial (l_gap_sum_intm) has a size Halide
             // cannot infer there.
-            if (gather_shaped(intm) && f.name().rfind("p_", 0) == 0) {
+            if (gather_shaped(intm) && is_parameter_func(f.name())) {
                 schedule_in_registers(intm, o);
             } else {
                 intm.compute_root();
@@ -251,12 +238,12 @@ void schedule_update(Func f, int k, const GpuScheduleOptions &o) {
                 for (const auto &a : intm.args()) args.push_back(a.name());
                 map_to_gpu(intm, args, o.threads_per_block, intm.name() + "_p");
                 for (int j = 0; j < intm.num_update_definitions(); j++)
-                    map_to_gpu(intm.update(j), safe_pure_positions(intm.update_args(j)), o.threads_per_block,
+                    map_to_gpu(intm.update(j), parallel_vars(intm.update_args(j)), o.threads_per_block,
                                intm.name() + "_u" + std::to_string(j));
             }
         }
     }
-    const auto par = safe_pure_positions(lhs);
+    const auto par = parallel_vars(lhs);
     const bool scatter = lhs.empty() || par.empty() || !lhs[0].as<Halide::Internal::Variable>() ||
                          lhs[0].as<Halide::Internal::Variable>()->reduction_domain.defined();
     if (scatter && associative(f, k)) {
@@ -294,7 +281,7 @@ bool parameter_copy(const Func &f) {
     auto starts = [&](const char *p) { return n.rfind(p, 0) == 0; };
     const bool im = n.size() > 3 && n.compare(n.size() - 3, 3, "_im") == 0;
     return f.num_update_definitions() == 0 &&
-           (starts("p_") || (im && !starts("in_") && !starts("grad_") && !starts("labels") && !starts("targets")));
+           (is_parameter_func(n) || (im && !starts("in_") && !starts("grad_") && !starts("labels") && !starts("targets")));
 }
 
 void schedule_func(Func f, bool output, const GpuScheduleOptions &o) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "Halide.h"
+#include "spec/kernel_signature.h"
 
 namespace segtile::schedule {
 
@@ -28,7 +29,7 @@ inline std::map<std::string, std::string> parameter_adjoints(
             continue;
         // An input's gradient (grad_in_X) reads a source's adjoint instead.
         const auto *call = fn.values()[0].as<Call>();
-        if (call && call->call_type == Call::Halide && call->name.rfind("p_", 0) == 0) out[name] = call->name;
+        if (call && call->call_type == Call::Halide && is_parameter_func(call->name)) out[name] = call->name;
     }
     return out;
 }

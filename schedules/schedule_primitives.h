@@ -1,12 +1,15 @@
 // What the CPU and GPU schedules share: the one tail strategy legal for
-// run-time extents, the debug switch, and loop-name handling.
+// run-time extents, the debug switch, loop-name handling, and which Vars
+// of an update may run in parallel or in lanes.
 #pragma once
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "Halide.h"
 #include "spec/environment.h"
+#include "spec/kernel_signature.h"
 
 namespace segtile::schedule {
 
@@ -34,6 +37,31 @@ inline Halide::Expr specialization_condition(Halide::Stage s, const Halide::Expr
     for (const auto &d : s.get_schedule().dims())
         if (Halide::Internal::expr_uses_var(c, d.var)) return Halide::Expr();
     return c;
+}
+
+// Per LHS position of an update: the name of the Var there if it is a Var
+// (not an RVar) that no other LHS argument uses, else "". Distinct values of
+// such a Var write distinct elements, so its loop may run in parallel or in
+// vector lanes. RVars and the index expressions of autodiff's scatters
+// (2 * r.x + 1, clamps) may collide: those loops stay serial.
+inline std::vector<std::string> safe_pure_positions(const std::vector<Halide::Expr> &lhs) {
+    std::vector<std::string> names(lhs.size());
+    for (size_t i = 0; i < lhs.size(); i++) {
+        const auto *v = lhs[i].as<Halide::Internal::Variable>();
+        if (!v || v->reduction_domain.defined() || v->param.defined() || v->image.defined()) continue;
+        bool elsewhere = false;
+        for (size_t j = 0; j < lhs.size(); j++) elsewhere = elsewhere || (j != i && Halide::Internal::expr_uses_var(lhs[j], v->name));
+        if (!elsewhere) names[i] = v->name;
+    }
+    return names;
+}
+
+// The non-empty names of v from position `from` on.
+inline std::vector<std::string> nonempty(const std::vector<std::string> &v, size_t from = 0) {
+    std::vector<std::string> out;
+    for (size_t i = from; i < v.size(); i++)
+        if (!v[i].empty()) out.push_back(v[i]);
+    return out;
 }
 
 }  // namespace segtile::schedule

@@ -42,6 +42,13 @@ struct KernelArg {
 
 std::string tensor_name(const Model &m, int tensor);  // layer name, or "image"
 std::string c_identifier(const std::string &s);       // "features.0.weight" -> "features_0_weight"
+
+// Inside a kernel's pipeline each parameter is read through a copy Func
+// named "p_" and its identifier (generators/kernels.cpp); the schedules
+// know parameter-shaped Funcs (copies, their adjoints, weight gradients)
+// by that prefix, so it is named here once.
+inline std::string parameter_func_name(const std::string &param_name) { return "p_" + c_identifier(param_name); }
+inline bool is_parameter_func(const std::string &func_name) { return func_name.rfind("p_", 0) == 0; }
 // For messages: "layers conv1..relu3", "layer fc", or "no layers (the loss
 // alone)" for a kernel whose range is empty (first > last: an mse head).
 std::string layer_span(const Model &m, int first, int last);

@@ -283,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Darknet19's block under the CPU schedule: in the forward kernels
         // the input's bounded copy and the leaky ReLU (of the batch norm)
         // are computed per band of rows of the conv that reads them
-        // (schedules/cpu_schedule.cpp, band_producers); 13 and 23 rows
+        // (schedules/cpu_inlining.cpp, band_producers); 13 and 23 rows
         // are no whole number of 6-row bands, 41 columns no whole vectors.
         Case{"darknet_block", 41, 23, 1, {"lrelu1", "conv3"}, {{41, 13}, {20, 23}, {0, 0}}, Schedule::Cpu,
              [] {
