@@ -6,21 +6,6 @@ namespace segtile {
 
 namespace {
 
-// Whether a layer's backward reads its input's values, not only its
-// output gradient: a weight gradient does, and so do nonlinearities and
-// max pools; sums, averages and copies do not.
-bool backward_reads_input(const Layer &l) {
-    switch (l.kind) {
-    case LayerKind::AvgPool:
-    case LayerKind::Upsample:
-    case LayerKind::Concat:
-    case LayerKind::Add:
-    case LayerKind::GlobalAvgPool:
-    case LayerKind::Flatten: return false;
-    default: return true;
-    }
-}
-
 // Per layer of segment first..last, whether its backward kernel computes
 // the layer's forward again: Halide computes only what the gradients read,
 // so a layer is recomputed when its output is read by a backward that
@@ -34,7 +19,7 @@ std::vector<bool> recomputed_layers(const Model &m, int first, int last) {
     for (int j = last; j >= first; j--) {  // a layer's consumers come after it
         if (j == m.loss.input_id) r[j] = true;
         for (int i : m.layers[j].input_ids)
-            if (i >= first && (r[j] || backward_reads_input(m.layers[j]))) r[i] = true;
+            if (i >= first && (r[j] || kind_info(m.layers[j].kind).backward_reads_input)) r[i] = true;
     }
     return r;
 }

@@ -28,6 +28,17 @@ std::vector<TensorBounds> whole_image_bounds(const Model &m, Expr width, Expr he
 }
 
 namespace {
+// The builder of a kind's Func, from the families' rows.
+Func (*builder_of(LayerKind k))(const layers::LayerArgs &) {
+    using namespace layers;
+    for (const auto &family : {activation_layers(), convolution_layers(), head_layers(), join_layers(),
+                               normalisation_layers(), pooling_layers(), resampling_layers()})
+        for (const LayerBuilder &b : family)
+            if (b.kind == k) return b.build;
+    throw InternalError(std::string("no Halide builder for layer kind ") + to_string(k) +
+                        "; add its row beside its Func in generators/layers/");
+}
+
 // Zero outside the region, the source inside it. Written out rather than
 // with BoundaryConditions::constant_exterior, whose likely() tags make Halide
 // partition every loop of every Func into edge and interior cases: with
@@ -45,7 +56,6 @@ Func bounded(const Func &f, const TensorBounds &b, const std::string &name) {
 
 std::vector<Func> build_forward(const Model &m, const std::map<int, Func> &sources, const std::vector<Func> &params,
                                 const std::vector<TensorBounds> &bounds, Halide::Type t, int first, int last) {
-    using namespace layers;
     const int L = (int)m.layers.size();
     std::vector<Func> out(L + 1);
     for (const auto &[idx, f] : sources) out[idx] = bounded(f, bounds[idx], "src_" + std::to_string(idx));
@@ -69,37 +79,16 @@ std::vector<Func> build_forward(const Model &m, const std::map<int, Func> &sourc
             in_ch.push_back(src < 0 ? m.input_channels : m.layers[src].channels);
         }
         const TensorBounds &ib = bounds[l.input_ids[0] < 0 ? L : l.input_ids[0]];
-        auto param = [&](int k) { return params.at(first_param[i] + k); };
-        Func f;
-        switch (l.kind) {
-        case LayerKind::Conv2d:
-            f = conv2d(ins[0], param(0), l.bias ? param(1) : Func(), l, t, name);
-            break;
-        case LayerKind::Relu: f = relu(ins[0], t, name); break;
-        case LayerKind::LeakyRelu: f = leaky_relu(ins[0], l.negative_slope, t, name); break;
-        case LayerKind::Sigmoid: f = sigmoid(ins[0], t, name); break;
-        case LayerKind::MaxPool: f = max_pool(ins[0], l, ib.width, ib.height, t, name); break;
-        case LayerKind::AvgPool: f = avg_pool(ins[0], l, t, name); break;
-        case LayerKind::BatchNorm:
-            f = batch_norm(ins[0], param(0), param(1), param(2), param(3), l.eps, t, name);
-            break;
-        case LayerKind::Upsample: f = upsample_nearest(ins[0], l.factor, name); break;
-        case LayerKind::Concat: f = concat(ins, in_ch, name); break;
-        case LayerKind::Add: f = add(ins, name); break;
-        case LayerKind::GlobalAvgPool: f = global_avg_pool(ins[0], ib.width, ib.height, t, name); break;
-        case LayerKind::Flatten: f = flatten(ins[0], ib.width, ib.height, name); break;
-        case LayerKind::Dense:
-            f = dense(ins[0], param(0), l.bias ? param(1) : Func(), l.in_features, t, name);
-            break;
-        }
+        layers::LayerArgs args{l, ins, in_ch, {}, ib.width, ib.height, t, name};
+        for (int p = first_param[i]; p >= 0 && p < (int)specs.size() && specs[p].layer == i; p++)
+            args.params.push_back(params.at(p));
+        const LayerKindInfo &kind = kind_info(l.kind);
+        const Func f = builder_of(l.kind)(args);
         // Vector tensors are read only at x = y = 0. Layers that map zero
         // inputs to zero outputs pointwise (or by nearest upsampling) are
         // already zero outside their region: a wrapper would only add Funcs
         // (and their adjoints) to compile. The others are bounded.
-        const bool zero_preserving = l.kind == LayerKind::Relu || l.kind == LayerKind::LeakyRelu ||
-                                     l.kind == LayerKind::Add || l.kind == LayerKind::Concat ||
-                                     l.kind == LayerKind::Upsample;
-        out[i] = Model::is_global(l.kind) || zero_preserving ? f : bounded(f, bounds[i], name + "_b");
+        out[i] = kind.global || kind.zero_preserving ? f : bounded(f, bounds[i], name + "_b");
     }
     return out;
 }

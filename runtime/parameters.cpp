@@ -7,7 +7,6 @@ namespace segtile {
 
 ParamStore::ParamStore(const Model &m, MemoryLedger *ledger, halide_type_t type) : specs_(m.params()) {
     for (const auto &s : specs_) {
-        kinds_.push_back(m.layers[s.layer].kind);
         values.emplace_back(s.dims, ledger, MemoryLedger::Kind::Working, type);
         grads.push_back(s.trainable ? Tensor(s.dims, ledger, MemoryLedger::Kind::Working, type) : Tensor());
     }
@@ -23,8 +22,8 @@ void ParamStore::init_pytorch_default(uint64_t seed) {
             fan_in = 1;
             for (size_t d = 0; d + 1 < s.dims.size(); d++) fan_in *= s.dims[d];
         }
-        if (kinds_[i] == LayerKind::BatchNorm) {
-            t.fill(s.role == ParamRole::Weight || s.role == ParamRole::RunningVar ? 1.0f : 0.0f);
+        if (s.init != ParamInit::Uniform) {
+            t.fill(s.init == ParamInit::Ones ? 1.0f : 0.0f);
             continue;
         }
         const float bound = 1.0f / std::sqrt((float)fan_in);

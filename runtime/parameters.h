@@ -26,7 +26,6 @@ public:
 
 private:
     std::vector<ParamSpec> specs_;
-    std::vector<LayerKind> kinds_;  // of each spec's layer
 };
 
 }  // namespace segtile

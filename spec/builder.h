@@ -26,7 +26,7 @@ public:
         Layer l;
         l.kind = kind;
         l.name = std::move(name);
-        if (kind == LayerKind::MaxPool || kind == LayerKind::AvgPool) l.stride = 0;  // default: kernel
+        if (kind_info(kind).stride_defaults_to_kernel) l.stride = 0;  // build() sets the kernel
         m_.layers.push_back(std::move(l));
         return *this;
     }
@@ -74,14 +74,24 @@ public:
     }
 
     // Modifiers of the last layer added.
-    ModelBuilder &stride(int s) { return set(last().stride, s); }
-    ModelBuilder &padding(int p) { return set(last().padding, p); }
-    ModelBuilder &dilation(int d) { return set(last().dilation, d); }
-    ModelBuilder &groups(int g) { return set(last().groups, g); }
-    ModelBuilder &bias(bool b) { return set(last().bias, b); }
-    ModelBuilder &in_features(int f) { return set(last().in_features, f); }
-    ModelBuilder &params(std::string prefix) { return set(last().param_prefix, std::move(prefix)); }
-    ModelBuilder &inputs(std::vector<std::string> in) { return set(last().inputs, std::move(in)); }
+    ModelBuilder &stride(int s) { return assign(last().stride, s); }
+    ModelBuilder &padding(int p) { return assign(last().padding, p); }
+    ModelBuilder &dilation(int d) { return assign(last().dilation, d); }
+    ModelBuilder &groups(int g) { return assign(last().groups, g); }
+    ModelBuilder &bias(bool b) { return assign(last().bias, b); }
+    ModelBuilder &in_features(int f) { return assign(last().in_features, f); }
+    ModelBuilder &params(std::string prefix) { return assign(last().param_prefix, std::move(prefix)); }
+    ModelBuilder &inputs(std::vector<std::string> in) { return assign(last().inputs, std::move(in)); }
+    // Any field by its JSON name, for kinds without a method of their own:
+    //   .layer(LayerKind::AvgPool, "pool").set("kernel", 2)
+    ModelBuilder &set(const std::string &field, double value) {
+        const LayerField *f = find_layer_field(field);
+        if (!f) throw ModelError("ModelBuilder: no layer field \"" + field + "\"");
+        if (f->int_field) last().*f->int_field = (int)value;
+        else if (f->double_field) last().*f->double_field = value;
+        else last().*f->bool_field = value != 0;
+        return *this;
+    }
 
     ModelBuilder &loss(LossKind kind, std::string input = "") {
         m_.loss.kind = kind;
@@ -93,14 +103,14 @@ public:
     Model build() const {
         Model m = m_;
         for (auto &l : m.layers)
-            if ((l.kind == LayerKind::MaxPool || l.kind == LayerKind::AvgPool) && l.stride == 0) l.stride = l.kernel;
+            if (kind_info(l.kind).stride_defaults_to_kernel && l.stride == 0) l.stride = l.kernel;
         m.resolve();
         return m;
     }
 
 private:
     template <typename T, typename V>
-    ModelBuilder &set(T &field, V value) {
+    ModelBuilder &assign(T &field, V value) {
         field = std::move(value);
         return *this;
     }

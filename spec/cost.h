@@ -10,14 +10,7 @@
 
 namespace segtile {
 
-struct LayerFlops {
-    double forward = 0;      // computing the output region
-    double input_grad = 0;   // gradient of the input(s) from the output gradient
-    double weight_grad = 0;  // gradient of the parameters
-    double backward() const { return input_grad + weight_grad; }
-    double total() const { return forward + backward(); }
-};
-
+// LayerFlops is in spec/layer_kinds.h: each kind's row counts its own.
 // FLOPs of layer `i` of `m` over an output region of out_w x out_h pixels
 // (all channels, one image).
 LayerFlops layer_flops(const Model &m, int i, int64_t out_w, int64_t out_h);

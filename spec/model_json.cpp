@@ -17,24 +17,11 @@ namespace {
 
 using nlohmann::json;
 
-// Fields each kind accepts beyond name/type/inputs/params; required ones first.
-struct KindFields {
-    std::vector<std::string> required, optional;
-};
-
-const KindFields &fields_for(LayerKind k) {
-    static const std::map<LayerKind, KindFields> table = {
-        {LayerKind::Conv2d, {{"out_channels", "kernel"}, {"stride", "padding", "dilation", "groups", "bias"}}},
-        {LayerKind::MaxPool, {{"kernel"}, {"stride", "padding"}}},
-        {LayerKind::AvgPool, {{"kernel"}, {"stride", "padding"}}},
-        {LayerKind::LeakyRelu, {{}, {"negative_slope"}}},
-        {LayerKind::BatchNorm, {{}, {"eps"}}},
-        {LayerKind::Upsample, {{}, {"factor"}}},
-        {LayerKind::Dense, {{"out_features"}, {"bias", "in_features"}}},
-    };
-    static const KindFields none;
-    auto it = table.find(k);
-    return it == table.end() ? none : it->second;
+// "conv2d, relu, ..." for messages.
+std::string known_kinds() {
+    std::string r;
+    for (const LayerKindInfo &k : layer_kinds()) r += (r.empty() ? "" : ", ") + std::string(k.name);
+    return r;
 }
 
 std::string where(const std::string &source, const std::string &model, int index, const std::string &layer) {
@@ -86,30 +73,19 @@ Model parse_model_json(const std::string &text, const std::string &source) {
             throw ModelError(at + ": missing field \"type\" (e.g. \"conv2d\", \"relu\")");
         auto kind = layer_kind_from_string(jl["type"].get<std::string>());
         if (!kind)
-            throw ModelError(at + ": unknown layer type \"" + jl["type"].get<std::string>() +
-                             "\"; known: conv2d, relu, leaky_relu, sigmoid, max_pool, avg_pool, batch_norm, "
-                             "upsample, concat, add, global_avg_pool, flatten, dense");
+            throw ModelError(at + ": unknown layer type \"" + jl["type"].get<std::string>() + "\"; known: " +
+                             known_kinds());
         l.kind = *kind;
-        const KindFields &kf = fields_for(l.kind);
+        const LayerKindInfo &info = kind_info(l.kind);
         std::set<std::string> allowed = {"name", "type", "inputs", "params"};
-        allowed.insert(kf.required.begin(), kf.required.end());
-        allowed.insert(kf.optional.begin(), kf.optional.end());
+        allowed.insert(info.required.begin(), info.required.end());
+        allowed.insert(info.optional.begin(), info.optional.end());
         for (auto it = jl.begin(); it != jl.end(); ++it)
             if (!allowed.count(it.key()))
                 throw ModelError(at + ": field \"" + it.key() + "\" does not apply to " + to_string(l.kind));
-        for (const auto &r : kf.required)
+        for (const auto &r : info.required)
             if (!jl.contains(r)) throw ModelError(at + ": missing field \"" + r + "\" required by " + to_string(l.kind));
 
-        auto get_int = [&](const char *key, int &dst) {
-            if (!jl.contains(key)) return;
-            if (!jl[key].is_number_integer()) throw ModelError(at + ": field \"" + key + "\" must be an integer");
-            dst = jl[key].get<int>();
-        };
-        auto get_double = [&](const char *key, double &dst) {
-            if (!jl.contains(key)) return;
-            if (!jl[key].is_number()) throw ModelError(at + ": field \"" + key + "\" must be a number");
-            dst = jl[key].get<double>();
-        };
         if (jl.contains("inputs")) {
             const json &ji = jl["inputs"];
             if (ji.is_string()) l.inputs = {ji.get<std::string>()};
@@ -121,23 +97,22 @@ Model parse_model_json(const std::string &text, const std::string &source) {
             if (!jl["params"].is_string()) throw ModelError(at + ": field \"params\" must be a string (PyTorch module path)");
             l.param_prefix = jl["params"].get<std::string>();
         }
-        get_int("out_channels", l.out_channels);
-        get_int("kernel", l.kernel);
-        get_int("stride", l.stride);
-        if ((l.kind == LayerKind::MaxPool || l.kind == LayerKind::AvgPool) && !jl.contains("stride"))
-            l.stride = l.kernel;  // PyTorch's default
-        get_int("padding", l.padding);
-        get_int("dilation", l.dilation);
-        get_int("groups", l.groups);
-        get_int("factor", l.factor);
-        get_int("out_features", l.out_features);
-        get_int("in_features", l.in_features);
-        get_double("negative_slope", l.negative_slope);
-        get_double("eps", l.eps);
-        if (jl.contains("bias")) {
-            if (!jl["bias"].is_boolean()) throw ModelError(at + ": field \"bias\" must be true or false");
-            l.bias = jl["bias"].get<bool>();
+        for (auto it = jl.begin(); it != jl.end(); ++it) {
+            const LayerField *f = find_layer_field(it.key());
+            if (!f) continue;  // name, type, inputs, params
+            const json &v = it.value();
+            if (f->int_field) {
+                if (!v.is_number_integer()) throw ModelError(at + ": field \"" + it.key() + "\" must be an integer");
+                l.*f->int_field = v.get<int>();
+            } else if (f->double_field) {
+                if (!v.is_number()) throw ModelError(at + ": field \"" + it.key() + "\" must be a number");
+                l.*f->double_field = v.get<double>();
+            } else {
+                if (!v.is_boolean()) throw ModelError(at + ": field \"" + it.key() + "\" must be true or false");
+                l.*f->bool_field = v.get<bool>();
+            }
         }
+        if (info.stride_defaults_to_kernel && !jl.contains("stride")) l.stride = l.kernel;  // PyTorch's default
         m.layers.push_back(std::move(l));
         index++;
     }

@@ -30,20 +30,19 @@ struct IntOps {
     static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 };
 
-// The span of a layer's (first) input read to produce `out` along one axis.
+// The span of a layer's (first) input read to produce `out` along one axis
+// (the layer's AxisMap, spec/layer_kinds.h).
 template <typename T, typename Ops>
 Span<T> input_span(const Layer &l, const Span<T> &out) {
-    switch (l.kind) {
-    case LayerKind::Conv2d:
-        return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + l.dilation * (l.kernel - 1)};
-    case LayerKind::MaxPool:
-    case LayerKind::AvgPool:
-        return {out.lo * l.stride - l.padding, out.hi * l.stride - l.padding + (l.kernel - 1)};
-    case LayerKind::Upsample:
-        return {Ops::floor_div(out.lo, l.factor), Ops::floor_div(out.hi, l.factor)};
-    default:
-        return out;
-    }
+    const AxisMap a = axis_map(l);
+    auto map = [&](const T &v, int64_t add) {
+        T e = v;
+        if (a.step != 1) e = e * (int)a.step;
+        if (add != 0) e = e + (int)add;
+        if (a.span_div != 1) e = Ops::floor_div(e, (int)a.span_div);
+        return e;
+    };
+    return {map(out.lo, a.lo_add), map(out.hi, a.hi_add)};
 }
 
 template <typename T, typename Ops>

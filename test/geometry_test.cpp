@@ -26,6 +26,7 @@
 #include "generators/model_graph.h"
 #include "spec/builder.h"
 #include "spec/region_map.h"
+#include "test/layer_cases.h"
 
 namespace segtile {
 namespace {
@@ -406,9 +407,7 @@ void check_model(const Model &m, int width, int height, int target, std::mt19937
             // clamped by build_forward: their consumers also read them in the
             // padding, where they are zero. What they compute inside the image
             // must equal the analytic region.
-            const LayerKind k = is_input ? LayerKind::Conv2d : m.layers[i].kind;
-            if (k == LayerKind::Relu || k == LayerKind::LeakyRelu || k == LayerKind::Add || k == LayerKind::Concat ||
-                k == LayerKind::Upsample)
+            if (!is_input && kind_info(m.layers[i].kind).zero_preserving)
                 got = got.intersect({{0, shapes[i].width - 1}, {0, shapes[i].height - 1}});
             EXPECT_EQ(got, need[i]) << what;
         }
@@ -488,6 +487,19 @@ TEST(GeometryDag, ResidualRequiredRegionsMatchHalide) {
     check_model(m, 33, 26, m.find_layer("out"), rng, 40);
     check_model(m, 33, 26, m.find_layer("sum_relu"), rng, 20);
     check_model(m, 16, 17, m.find_layer("out"), rng, 20);
+}
+
+// Every local kind of the layer-kind table, from its row's example
+// (test/layer_cases.h): its AxisMap against Halide's bounds inference on
+// its Func, both as the first layer and between two convs.
+TEST(GeometryDag, EveryLocalKindMatchesHalide) {
+    std::mt19937 rng(23);
+    for (const LayerKindInfo &k : segtile::testing::local_kinds())
+        for (bool between : {false, true}) {
+            SCOPED_TRACE(std::string(k.name) + (between ? " between convs" : " on the image"));
+            const Model m = segtile::testing::example_model(k, between);
+            check_model(m, 13, 11, (int)m.layers.size() - 1, rng, 12);
+        }
 }
 
 TEST(GeometryDag, ClassifierNeedsWholeImages) {

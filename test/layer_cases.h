@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "spec/builder.h"
+#include "spec/layer_kinds.h"
 
 namespace segtile::testing {
 
@@ -23,6 +24,34 @@ inline Model pool_model(bool is_max, int cin, int k, int s, int p) {
     ModelBuilder b = net(cin);
     (is_max ? b.max_pool("pool", k) : b.avg_pool("pool", k)).stride(s).padding(p);
     return b.loss(LossKind::MeanSquaredError).build();
+}
+
+// A model from a layer kind's row (spec/layer_kinds.cpp) and its example
+// fields: input (3 channels) -> [kind] -> mse, or with `between_convs`
+// conv "pre" -> [kind] -> conv "post" -> mse. A join reads the image and
+// its predecessor. The table-generated cases of every suite build these.
+inline Model example_model(const LayerKindInfo &k, bool between_convs) {
+    const std::string prev = between_convs ? "pre" : "input";
+    std::string layers;
+    if (between_convs) layers += R"({"name": "pre", "type": "conv2d", "out_channels": 3, "kernel": 3, "padding": 1}, )";
+    layers += std::string(R"({"name": "k", "type": ")") + k.name + "\"";
+    if (*k.example) layers += std::string(", ") + k.example;
+    if (k.joins) layers += R"(, "inputs": [")" + prev + R"(", "input"])";
+    layers += "}";
+    if (between_convs) layers += R"(, {"name": "post", "type": "conv2d", "out_channels": 2, "kernel": 3, "padding": 1})";
+    const std::string name = std::string("example_") + k.name + (between_convs ? "_between_convs" : "");
+    return parse_model_json(R"({"name": ")" + name + R"(", "input_channels": 3, "layers": [)" + layers +
+                                R"(], "loss": {"type": "mse"}})",
+                            "spec/layer_kinds.cpp example of " + std::string(k.name));
+}
+
+// The kinds the table-generated cases cover: every local kind (the global
+// ones form the untiled head; their cases are written out).
+inline std::vector<LayerKindInfo> local_kinds() {
+    std::vector<LayerKindInfo> out;
+    for (const LayerKindInfo &k : layer_kinds())
+        if (!k.global) out.push_back(k);
+    return out;
 }
 
 struct ConvConfig {

@@ -14,7 +14,8 @@
 // 1e-6 relative on elements whose gradient happens to be near 1e-5.)
 // Piecewise-linear layers (relu, leaky_relu, max_pool) get images whose
 // values keep every perturbation away from a kink: |x| >= 0.1 for the
-// activations, values spaced 0.05 apart for max_pool.
+// activations, values spaced 0.05 apart for max_pool (and for the cases
+// generated from the layer-kind table, whichever kind they are).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,7 +48,7 @@ constexpr size_t kSamplesPerTensor = 24;
 enum class ImageKind {
     Normal,        // N(0, 1)
     AwayFromZero,  // |x| >= 0.1: no relu kink within 2h
-    Distinct,      // a permutation of values 0.05 apart: no max_pool tie within 4h
+    Distinct,      // a permutation of values 0.05 apart, none within 0.025 of 0: no tie or kink within 4h
 };
 
 struct Case {
@@ -170,6 +171,10 @@ std::vector<Case> all_cases() {
          {{6, 4, 2}, {4, 2, 1}}},
     };
     for (auto &r : random_conv_cases(3, 777)) c.push_back(r);
+    // One case per local kind, from its row's example fields (test/layer_cases.h).
+    for (const LayerKindInfo &k : segtile::testing::local_kinds())
+        c.push_back({std::string("table_") + k.name, [k] { return segtile::testing::example_model(k, false); },
+                     {{5, 4, 2}, {4, 6, 1}}, ImageKind::Distinct});
     return c;
 }
 
@@ -183,7 +188,7 @@ Buffer<double> make_image(ImageKind kind, int W, int H, int C, int N, std::mt199
         std::shuffle(order.begin(), order.end(), rng);
         const double mid = order.size() / 2.0;
         double *p = b.begin();
-        for (int k : order) *p++ = (k - mid) * 0.05;
+        for (int k : order) *p++ = (k - mid + 0.5) * 0.05;
     }
     return b;
 }

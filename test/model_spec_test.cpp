@@ -8,10 +8,12 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 
 #include "spec/builder.h"
 #include "spec/model.h"
+#include "test/layer_cases.h"
 
 namespace segtile {
 namespace {
@@ -533,6 +535,48 @@ TEST(Builder, ErrorsNameTheLayer) {
     EXPECT_THAT(e, HasSubstr("<builder>"));
     EXPECT_THAT(e, HasSubstr("layer 'sum'"));
     EXPECT_THAT(e, HasSubstr("channel mismatch"));
+}
+
+// The layer-kind table (spec/layer_kinds.cpp) is consistent: rows in enum
+// order with unique names, every field a row lists is a Layer field, and
+// every example parses as the first layer and between two convs.
+TEST(LayerKindTable, RowsAreConsistent) {
+    std::set<std::string> names;
+    for (size_t i = 0; i < layer_kinds().size(); i++) {
+        const LayerKindInfo &k = layer_kinds()[i];
+        SCOPED_TRACE(k.name);
+        EXPECT_EQ((size_t)k.kind, i);
+        EXPECT_EQ(&kind_info(k.kind), &k);
+        EXPECT_TRUE(names.insert(k.name).second) << "duplicate name";
+        EXPECT_EQ(layer_kind_from_string(k.name), k.kind);
+        for (const auto *fields : {&k.required, &k.optional})
+            for (const std::string &f : *fields) EXPECT_NE(find_layer_field(f), nullptr) << "field " << f;
+        EXPECT_FALSE(k.global && k.joins);
+        if (k.global) continue;
+        for (bool between : {false, true}) {
+            const Model m = segtile::testing::example_model(k, between);
+            const Layer &l = m.layers[m.find_layer("k")];
+            EXPECT_EQ(l.kind, k.kind);
+            // An example sets every required field (the parser checks) and its output has pixels.
+            const auto shapes = m.shapes(13, 11);
+            EXPECT_GT(shapes[m.find_layer("k")].width, 0);
+        }
+    }
+    EXPECT_EQ(to_string(LayerKind::Conv2d), std::string("conv2d"));
+}
+
+// ModelBuilder::set reaches any field by its JSON name, and refuses others.
+TEST(LayerKindTable, BuilderSetsFieldsByName) {
+    const Model m = ModelBuilder("t", 2)
+                        .layer(LayerKind::AvgPool, "pool").set("kernel", 3).set("padding", 1)
+                        .layer(LayerKind::LeakyRelu, "act").set("negative_slope", 0.25)
+                        .loss(LossKind::MeanSquaredError)
+                        .build();
+    EXPECT_EQ(m.layers[0].kernel, 3);
+    EXPECT_EQ(m.layers[0].stride, 3);  // a pool's stride defaults to its kernel
+    EXPECT_EQ(m.layers[0].padding, 1);
+    EXPECT_DOUBLE_EQ(m.layers[1].negative_slope, 0.25);
+    EXPECT_THROW(ModelBuilder("t", 2).relu("r").set("kernal", 3), ModelError);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "generators/training_step.h"
 #include "runtime/executor.h"
 #include "spec/builder.h"
+#include "test/layer_cases.h"
 #include "test/test_support.h"
 
 using namespace segtile;
@@ -332,5 +333,20 @@ INSTANTIATE_TEST_SUITE_P(
             if (!std::isalnum((unsigned char)ch)) ch = '_';
         return s;
     });
+
+// One case per local layer kind, from its row's example fields
+// (test/layer_cases.h): conv -> [kind] -> conv, cut after the first conv,
+// so the kind's window of the checkpoint and its backward run per tile
+// under the production CPU schedule. 13x11 and the tiles do not divide.
+std::vector<Case> table_cases() {
+    std::vector<Case> out;
+    for (const LayerKindInfo &k : segtile::testing::local_kinds())
+        out.push_back(Case{std::string("example_") + k.name, 13, 11, 1, {"pre"}, {{3, 2}, {4, 3}}, Schedule::Cpu,
+                           [k] { return segtile::testing::example_model(k, true); }});
+    return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(LayerKinds, TiledModels, ::testing::ValuesIn(table_cases()),
+                         [](const ::testing::TestParamInfo<Case> &info) { return info.param.model; });
 
 }  // namespace

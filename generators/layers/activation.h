@@ -27,4 +27,13 @@ inline Func sigmoid(const Func &in, Type t, const std::string &name) {
     return f;
 }
 
+inline std::vector<LayerBuilder> activation_layers() {
+    return {
+        {LayerKind::Relu, [](const LayerArgs &a) { return relu(a.ins[0], a.t, a.name); }},
+        {LayerKind::LeakyRelu,
+         [](const LayerArgs &a) { return leaky_relu(a.ins[0], a.layer.negative_slope, a.t, a.name); }},
+        {LayerKind::Sigmoid, [](const LayerArgs &a) { return sigmoid(a.ins[0], a.t, a.name); }},
+    };
+}
+
 }  // namespace segtile::layers

@@ -93,4 +93,11 @@ inline Func conv2d(const Func &in, const Func &weight, const Func &bias, const L
     return f;
 }
 
+inline std::vector<LayerBuilder> convolution_layers() {
+    return {
+        {LayerKind::Conv2d,
+         [](const LayerArgs &a) { return conv2d(a.ins[0], a.param(0), a.param(1), a.layer, a.t, a.name); }},
+    };
+}
+
 }  // namespace segtile::layers

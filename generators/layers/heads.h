@@ -24,4 +24,14 @@ inline Func dense(const Func &in, const Func &weight, const Func &bias, int in_f
     return f;
 }
 
+inline std::vector<LayerBuilder> head_layers() {
+    return {
+        {LayerKind::Flatten, [](const LayerArgs &a) { return flatten(a.ins[0], a.in_width, a.in_height, a.name); }},
+        {LayerKind::Dense,
+         [](const LayerArgs &a) {
+             return dense(a.ins[0], a.param(0), a.param(1), a.layer.in_features, a.t, a.name);
+         }},
+    };
+}
+
 }  // namespace segtile::layers

@@ -32,4 +32,11 @@ inline Func add(const std::vector<Func> &ins, const std::string &name) {
     return f;
 }
 
+inline std::vector<LayerBuilder> join_layers() {
+    return {
+        {LayerKind::Concat, [](const LayerArgs &a) { return concat(a.ins, a.in_channels, a.name); }},
+        {LayerKind::Add, [](const LayerArgs &a) { return add(a.ins, a.name); }},
+    };
+}
+
 }  // namespace segtile::layers

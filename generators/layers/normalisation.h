@@ -17,4 +17,13 @@ inline Func batch_norm(const Func &in, const Func &gamma, const Func &beta, cons
     return f;
 }
 
+inline std::vector<LayerBuilder> normalisation_layers() {
+    return {
+        {LayerKind::BatchNorm,
+         [](const LayerArgs &a) {
+             return batch_norm(a.ins[0], a.param(0), a.param(1), a.param(2), a.param(3), a.layer.eps, a.t, a.name);
+         }},
+    };
+}
+
 }  // namespace segtile::layers

@@ -68,4 +68,14 @@ inline Func global_avg_pool(const Func &in, Expr width, Expr height, Type t, con
     return g;
 }
 
+inline std::vector<LayerBuilder> pooling_layers() {
+    return {
+        {LayerKind::MaxPool,
+         [](const LayerArgs &a) { return max_pool(a.ins[0], a.layer, a.in_width, a.in_height, a.t, a.name); }},
+        {LayerKind::AvgPool, [](const LayerArgs &a) { return avg_pool(a.ins[0], a.layer, a.t, a.name); }},
+        {LayerKind::GlobalAvgPool,
+         [](const LayerArgs &a) { return global_avg_pool(a.ins[0], a.in_width, a.in_height, a.t, a.name); }},
+    };
+}
+
 }  // namespace segtile::layers

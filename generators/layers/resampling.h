@@ -12,4 +12,10 @@ inline Func upsample_nearest(const Func &in, int factor, const std::string &name
     return f;
 }
 
+inline std::vector<LayerBuilder> resampling_layers() {
+    return {
+        {LayerKind::Upsample, [](const LayerArgs &a) { return upsample_nearest(a.ins[0], a.layer.factor, a.name); }},
+    };
+}
+
 }  // namespace segtile::layers
