@@ -257,6 +257,12 @@ std::vector<LayerKindInfo> make_table() {
                 return macs_flops(in * l.out_features, l.bias ? l.out_features : 0);
             },
         },
+        {
+            .kind = LayerKind::Silu,
+            .name = "silu",
+            .zero_preserving = true,
+            .flops = [](const Layer &, double out) { return LayerFlops{5 * out, 6 * out, 0}; },
+        },
     };
     for (size_t i = 0; i < t.size(); i++)
         if ((size_t)t[i].kind != i) throw std::logic_error("spec/layer_kinds.cpp: the table is not in LayerKind order");

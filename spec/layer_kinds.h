@@ -25,6 +25,7 @@ enum class LayerKind {
     GlobalAvgPool,
     Flatten,
     Dense,
+    Silu,  // x * sigmoid(x)
 };
 
 struct Layer {
