@@ -1,6 +1,7 @@
 // The layer-kind table: one row per kind (see spec/layer_kinds.h).
 #include "spec/layer_kinds.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace segtile {
@@ -263,6 +264,47 @@ std::vector<LayerKindInfo> make_table() {
             .zero_preserving = true,
             .flops = [](const Layer &, double out) { return LayerFlops{5 * out, 6 * out, 0}; },
         },
+        {
+            .kind = LayerKind::ConvTranspose2d,
+            .name = "conv_transpose",
+            .required = {"out_channels", "kernel"},
+            .optional = {"stride", "padding", "output_padding", "dilation", "bias"},
+            // Output extent (in - 1) s - 2p + d (k - 1) + output_padding + 1. The
+            // span read is the hull Halide infers for the phase convolutions
+            // (generators/layers/convolution.h): every phase reads input q + offset
+            // for q = floor(x / s), offsets from ceil((p - d (k - 1)) / s) to ceil(p / s).
+            .axis = [](const Layer &l) {
+                const int64_t s = l.stride, span = (int64_t)l.dilation * (l.kernel - 1);
+                auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
+                AxisMap a;
+                a.grow = s;
+                a.add = -s - 2 * l.padding + span + l.output_padding + 1;
+                a.span_div = s;
+                a.lo_add = s * ceil_div(l.padding - span, s);
+                a.hi_add = s * ceil_div(l.padding, s);
+                return a;
+            },
+            .resolve = [](Layer &l, const std::vector<int> &) -> std::string {
+                for (const std::string &e : {positive(l.out_channels, "out_channels"), positive(l.kernel, "kernel"),
+                                             positive(l.stride, "stride"), positive(l.dilation, "dilation")})
+                    if (!e.empty()) return e;
+                if (l.padding < 0) return "\"padding\" must be >= 0";
+                if (l.output_padding < 0 || l.output_padding >= std::max(l.stride, l.dilation))
+                    return "\"output_padding\" must be >= 0 and smaller than stride or dilation (as in PyTorch)";
+                l.channels = l.out_channels;
+                return "";
+            },
+            // PyTorch's weight is (in, out, kH, kW).
+            .params = [](const Layer &l) {
+                return weight_and_bias(l, {l.kernel, l.kernel, l.out_channels, l.in_channels}, l.out_channels);
+            },
+            .flops = [](const Layer &l, double out) {
+                const double taps = (double)l.kernel * l.kernel / ((double)l.stride * l.stride);
+                return macs_flops(out * l.in_channels * taps, l.bias ? out : 0);
+            },
+            .reads_per_pixel = [](const Layer &l) { return (double)l.in_channels / ((double)l.stride * l.stride); },
+            .example = R"("out_channels": 2, "kernel": 3, "stride": 2, "padding": 1, "output_padding": 1)",
+        },
     };
     for (size_t i = 0; i < t.size(); i++)
         if ((size_t)t[i].kind != i) throw std::logic_error("spec/layer_kinds.cpp: the table is not in LayerKind order");
@@ -289,6 +331,7 @@ const LayerField *find_layer_field(const std::string &name) {
         {"factor", &Layer::factor},
         {"out_features", &Layer::out_features},
         {"in_features", &Layer::in_features},
+        {"output_padding", &Layer::output_padding},
         {"negative_slope", nullptr, &Layer::negative_slope},
         {"eps", nullptr, &Layer::eps},
         {"bias", nullptr, nullptr, &Layer::bias},

@@ -26,6 +26,7 @@ enum class LayerKind {
     Flatten,
     Dense,
     Silu,  // x * sigmoid(x)
+    ConvTranspose2d,
 };
 
 struct Layer {
@@ -47,6 +48,7 @@ struct Layer {
     int factor = 2;
     int out_features = 0;
     int in_features = 0;  // dense; default: input channels (flatten of 1x1)
+    int output_padding = 0;  // conv_transpose: extra rows and columns at the far edge
 
     // Resolved by Model::resolve().
     std::vector<int> input_ids;  // -1 is the model input

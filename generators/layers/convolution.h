@@ -1,4 +1,4 @@
-// conv2d: kernel, stride, padding, dilation, groups, optional bias.
+// conv2d: kernel, stride, padding, dilation, groups, optional bias; conv_transpose.
 #pragma once
 
 #include <numeric>
@@ -93,10 +93,72 @@ inline Func conv2d(const Func &in, const Func &weight, const Func &bias, const L
     return f;
 }
 
+// One output phase of a strided transposed convolution along one axis.
+// Output x = s*q + phase receives the taps k with (phase + p - k*d) mod s
+// == 0, from input q + offset - j*offset_step for the j-th such tap
+// k = first_tap + j*tap_step: a unit-stride convolution per phase.
+inline std::vector<ConvPhase> conv_transpose_phases(int kernel, int stride, int padding, int dilation) {
+    const int g = std::gcd(stride, dilation);
+    std::vector<ConvPhase> out;
+    for (int a = 0; a < stride; a++) {
+        ConvPhase ph{a, 0, stride / g, 0, 0, dilation / g};
+        for (int k = 0; k < kernel; k++) {
+            const int at = a + padding - k * dilation;
+            if (IntOps::floor_div(at, stride) * stride != at) continue;
+            if (ph.taps++ == 0) {
+                ph.first_tap = k;
+                ph.offset = (int)IntOps::floor_div(at, stride);
+            }
+        }
+        out.push_back(ph);  // a phase without taps is the bias alone
+    }
+    return out;
+}
+
+// PyTorch's ConvTranspose2d (groups 1): the adjoint of conv2d's window,
+//   out(x, y, co, n) = bias(co) + sum over ci and the taps (kx, ky) with
+//   x = i*s - p + kx*d, y = j*s - p + ky*d of w(kx, ky, co, ci) * in(i, j, ci, n)
+// w: (k, k, c_out, c_in), PyTorch's (in, out, kH, kW) in memory. Written as
+// one unit-stride convolution per output phase (x mod s, y mod s), so
+// autodiff inverts every input index into a gather, as for strided conv2d.
+inline Func conv_transpose2d(const Func &in, const Func &weight, const Func &bias, const Layer &l, Type t,
+                             const std::string &name) {
+    Dims v;
+    const int s = l.stride;
+    const auto phases = conv_transpose_phases(l.kernel, s, l.padding, l.dilation);
+    Expr e;
+    for (int b = s - 1; b >= 0; b--)
+        for (int a = s - 1; a >= 0; a--) {
+            const ConvPhase &px = phases[a], &py = phases[b];
+            const std::string ab = "_phase" + std::to_string(a) + std::to_string(b);
+            Func f(name + ab);
+            f(v.x, v.y, v.c, v.n) = bias.defined() ? bias(v.c) : constant(t, 0);
+            if (px.taps > 0 && py.taps > 0) {
+                // w_ab: (taps_x, taps_y, c_out, c_in), named after the parameter (p_*)
+                // as conv2d's phases are; the clamps keep autodiff's gather in range.
+                Func w_ab(weight.name() + ab);
+                w_ab(v.x, v.y, v.c, v.n) =
+                    weight(px.first_tap + Halide::clamp(v.x, 0, px.taps - 1) * px.tap_step,
+                           py.first_tap + Halide::clamp(v.y, 0, py.taps - 1) * py.tap_step, v.c, v.n);
+                RDom r(0, px.taps, 0, py.taps, 0, l.in_channels, name + ab + "_r");
+                f(v.x, v.y, v.c, v.n) += w_ab(r.x, r.y, v.c, r.z) *
+                                         in(v.x + px.offset - r.x * px.offset_step,
+                                            v.y + py.offset - r.y * py.offset_step, r.z, v.n);
+            }
+            Expr here = f(v.x / s, v.y / s, v.c, v.n);
+            e = e.defined() ? Halide::select(v.x % s == a && v.y % s == b, here, e) : here;
+        }
+    Func out(name);
+    out(v.x, v.y, v.c, v.n) = e;
+    return out;
+}
+
 inline std::vector<LayerBuilder> convolution_layers() {
     return {
         {LayerKind::Conv2d,
          [](const LayerArgs &a) { return conv2d(a.ins[0], a.param(0), a.param(1), a.layer, a.t, a.name); }},
+        {LayerKind::ConvTranspose2d,
+         [](const LayerArgs &a) { return conv_transpose2d(a.ins[0], a.param(0), a.param(1), a.layer, a.t, a.name); }},
     };
 }
 
