@@ -103,6 +103,31 @@ Tensor naive_conv(const Tensor &in, const std::vector<double> &w, const std::vec
     return out;
 }
 
+// PyTorch ConvTranspose2d (groups 1): every input pixel scatters its taps,
+// w in PyTorch's (in, out, kH, kW) order.
+Tensor naive_conv_transpose(const Tensor &in, const std::vector<double> &w, const std::vector<double> *b, int cout,
+                            int k, int s, int p, int op, int d) {
+    const int OW = (in.W - 1) * s - 2 * p + d * (k - 1) + op + 1, OH = (in.H - 1) * s - 2 * p + d * (k - 1) + op + 1;
+    Tensor out(OW, OH, cout, in.N);
+    for (int n = 0; n < in.N; n++)
+        for (int co = 0; co < cout; co++)
+            for (int oy = 0; oy < OH; oy++)
+                for (int ox = 0; ox < OW; ox++) out.at(ox, oy, co, n) = b ? (*b)[co] : 0.0;
+    for (int n = 0; n < in.N; n++)
+        for (int ci = 0; ci < in.C; ci++)
+            for (int iy = 0; iy < in.H; iy++)
+                for (int ix = 0; ix < in.W; ix++)
+                    for (int co = 0; co < cout; co++)
+                        for (int ky = 0; ky < k; ky++)
+                            for (int kx = 0; kx < k; kx++) {
+                                const int ox = ix * s - p + kx * d, oy = iy * s - p + ky * d;
+                                if (ox < 0 || ox >= OW || oy < 0 || oy >= OH) continue;
+                                out.at(ox, oy, co, n) +=
+                                    w[(((size_t)ci * cout + co) * k + ky) * k + kx] * in.at(ix, iy, ci, n);
+                            }
+    return out;
+}
+
 // PyTorch MaxPool2d / AvgPool2d (ceil_mode=False; avg: count_include_pad=True).
 Tensor naive_pool(const Tensor &in, bool is_max, int k, int s, int p) {
     const int OW = (in.W + 2 * p - k) / s + 1, OH = (in.H + 2 * p - k) / s + 1;
@@ -260,6 +285,11 @@ Tensor naive_forward(const Model &m, const Tensor &image, const std::vector<Buff
         case LayerKind::GlobalAvgPool: out[i] = naive_global_avg_pool(a); break;
         case LayerKind::Flatten: out[i] = naive_flatten(a); break;
         case LayerKind::Dense: out[i] = naive_dense(a, p[0], l.bias ? &p[1] : nullptr, l.out_features); break;
+        case LayerKind::Silu: out[i] = pointwise(a, [](double x) { return x / (1.0 + std::exp(-x)); }); break;
+        case LayerKind::ConvTranspose2d:
+            out[i] = naive_conv_transpose(a, p[0], l.bias ? &p[1] : nullptr, l.out_channels, l.kernel, l.stride,
+                                          l.padding, l.output_padding, l.dilation);
+            break;
         }
     }
     return out[m.loss.input_id];
@@ -286,6 +316,17 @@ Case conv_case(const std::string &name, int cin, int cout, int k, int s, int p, 
     return {name,
             [=] { return segtile::testing::conv_model(cin, cout, k, s, p, d, g, bias); },
             f32, sizes};
+}
+
+Case conv_transpose_case(const std::string &name, int cin, int cout, int k, int s, int p, int op, int d, bool bias,
+                         std::vector<std::array<int, 3>> sizes) {
+    return {name,
+            [=] {
+                return net(cin).layer(LayerKind::ConvTranspose2d, "up").set("out_channels", cout).set("kernel", k)
+                    .stride(s).padding(p).set("output_padding", op).dilation(d).bias(bias)
+                    .loss(LK::MeanSquaredError).build();
+            },
+            false, sizes};
 }
 
 Case pool_case(const std::string &name, bool is_max, int cin, int k, int s, int p,
@@ -370,6 +411,14 @@ std::vector<Case> all_cases() {
          },
          false,
          {{7, 6, 2}, {5, 9, 1}}},
+        {"silu", [] { return net(3).layer(LayerKind::Silu, "act").loss(LK::MeanSquaredError).build(); }, false,
+         {{5, 4, 2}, {3, 7, 1}}},
+        // Transposed convolutions: strides 1 to 3, output padding, dilation, no bias.
+        conv_transpose_case("conv_transpose_k3_s2_p1_op1", 3, 2, 3, 2, 1, 1, 1, true, {{5, 4, 2}, {3, 6, 1}}),
+        conv_transpose_case("conv_transpose_k4_s2_p1", 2, 3, 4, 2, 1, 0, 1, true, {{4, 5, 1}, {6, 3, 2}}),
+        conv_transpose_case("conv_transpose_k3_s1_p0_nobias", 2, 2, 3, 1, 0, 0, 1, false, {{5, 4, 1}}),
+        conv_transpose_case("conv_transpose_k2_s3_p0_d2_op1", 2, 2, 2, 3, 0, 1, 2, true, {{4, 3, 1}, {2, 5, 2}}),
+        conv_transpose_case("conv_transpose_k3_s2_p2_d2", 2, 3, 3, 2, 2, 0, 2, true, {{5, 6, 1}}),
         // Heads.
         {"global_avg_pool", [] { return net(3).global_avg_pool("gap").loss(LK::MeanSquaredError).build(); }, false,
          {{7, 5, 2}, {4, 9, 3}}},
