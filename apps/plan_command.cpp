@@ -27,7 +27,7 @@ public:
         cmd_->add_option("--json", json_, "also write the plan to this file (for `segtile train --plan`)");
         cmd_->add_flag("--estimate", opt_.estimate, "analytic kernel-memory estimate only (fast, approximate)");
         cmd_->add_flag("--calibrate", opt_.calibrate,
-                       "time segment kernels on this machine first (two small models at several tile sizes, a minute or "
+                       "time segment kernels on this machine first (four cases of three small models at several tile sizes, a minute or "
                        "two) and fit the time model's rates to them; saved for later plans");
         cmd_->add_option("--target", opt_.target, "cpu, or cuda: plan for a GPU (--memory-cap caps device memory)")
             ->capture_default_str()

@@ -26,7 +26,7 @@ std::string dump_asm_dir();
 
 // Debug printing: SEGTILE_SCHEDULE_DEBUG (the schedule each stage gets),
 // SEGTILE_LOWERED_DEBUG (allocations the lowered-memory model counts),
-// SEGTILE_PLAN_DEBUG (every candidate plan the search evaluates).
+// SEGTILE_PLAN_DEBUG (per calibrated segment: analytic and exact bytes).
 bool schedule_debug();
 bool lowered_debug();
 bool plan_debug();
