@@ -1,9 +1,11 @@
 #include "apps/executor_cache.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -16,6 +18,7 @@
 #include "runtime/host_threads.h"
 
 #include "generators/jit_kernel.h"
+#include "generators/kernel_cache.h"
 #include "tiny_cnn_step.h"
 #include "tiny_cnn_tiled.h"
 #include "spec/errors.h"
@@ -76,6 +79,12 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
                 "drop --target cuda to train on the CPU, or run on a machine with an NVIDIA GPU and its driver "
                 "(`segtile plan --target cuda` plans for one without it)");
     }
+    // CPU kernels come from the kernel cache where there is one (GPU kernels
+    // are JIT-compiled in memory each run).
+    if (!device()) {
+        if (const std::string dir = environment::kernel_cache_dir(); !dir.empty())
+            kernel_cache_ = std::make_unique<KernelCache>(dir, &log_);
+    }
     if (!opt_.plan_file.empty()) file_plan_ = read_plan_file(opt_.plan_file, model_);
     if (!opt_.tile.empty()) {
         parse_size(opt_.tile, "--tile");
@@ -89,6 +98,8 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
         }
     }
 }
+
+ExecutorCache::~ExecutorCache() = default;
 
 std::string ExecutorCache::describe() const {
     if (device()) return describe_host() + ", on the GPU (CUDA)";
@@ -107,6 +118,19 @@ void ExecutorCache::set_trace(ExecutorTraceHook hook) {
     for (auto &[size, e] : executors_) e->set_trace(trace_);
 }
 
+template <typename Make>
+auto ExecutorCache::cached(Make make) -> decltype(make()) {
+    const KernelCacheCounts before = kernel_cache_->counts();
+    const auto start = std::chrono::steady_clock::now();
+    auto result = make();
+    const KernelCacheCounts after = kernel_cache_->counts();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log_ << "kernels: " << after.compiled - before.compiled << " compiled, " << after.loaded - before.loaded
+         << " loaded from " << kernel_cache_->dir() << " (" << std::fixed << std::setprecision(1) << s << " s)\n"
+         << std::defaultfloat << std::flush;
+    return result;
+}
+
 std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> &cuts) {
     auto it = kernels_.find(cuts);
     if (it != kernels_.end()) return it->second;
@@ -119,6 +143,9 @@ std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> 
         if (tiny) {
             k->head = std::make_unique<AotKernel>(kernel_signature(model_, layout, KernelKind::Head, 0),
                                                   tiny_cnn_step_argv, tiny_cnn_step_metadata, ledger_);
+        } else if (kernel_cache_) {
+            log_ << "preparing the untiled training step of " << model_.name << "...\n" << std::flush;
+            k->head = cached([&] { return kernel_cache_->kernel(model_, layout, KernelKind::Head, 0, Halide::Float(32), ledger_); });
         } else {
             log_ << "JIT-compiling the untiled training step of " << model_.name << where << "...\n" << std::flush;
             k->head = std::make_unique<JitKernel>(model_, layout, KernelKind::Head, 0, Halide::Float(32), ledger_,
@@ -128,10 +155,19 @@ std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> 
         *k = tiny_cnn_tiled_kernels(model_, ledger_);
     } else {
         const SegmentLayout layout = make_segments(model_, cuts, image_gradient());
-        log_ << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name << where
-             << " for these cuts (a minute or two for a small model)...\n"
-             << std::flush;
-        *k = jit_model_kernels(model_, layout, Halide::Float(32), ledger_, schedule);
+        if (kernel_cache_) {
+            log_ << "preparing " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name
+                 << " for these cuts...\n"
+                 << std::flush;
+            *k = cached([&] {
+                return kernel_cache_->model_kernels(model_, layout, Halide::Float(32), ledger_, environment::threads());
+            });
+        } else {
+            log_ << "JIT-compiling " << 2 * layout.segments.size() + 1 << " kernels of " << model_.name << where
+                 << " for these cuts (a minute or two for a small model)...\n"
+                 << std::flush;
+            *k = jit_model_kernels(model_, layout, Halide::Float(32), ledger_, schedule);
+        }
     }
     kernels_[cuts] = k;
     return k;

@@ -30,11 +30,14 @@ struct ExecutionOptions {
     bool untiled() const { return memory_cap == "none" && plan_file.empty() && tile.empty(); }
 };
 
+class KernelCache;
+
 class ExecutorCache {
 public:
     // model_arg: the --model given (a shipped name or a file), to key cached plans by its text.
     ExecutorCache(const Model &m, const std::string &model_arg, ExecutionOptions opt, MemoryLedger *ledger,
                   std::ostream &log);
+    ~ExecutorCache();
 
     // The executor for images of this size; plans and compiles on first use.
     // Throws PlanError (cap too small), ModelError.
@@ -49,6 +52,9 @@ public:
 
 private:
     std::shared_ptr<ModelKernels> kernels_for(const std::vector<int> &cuts);
+    // Runs `make` (kernels from the cache) and logs what it compiled and loaded.
+    template <typename Make>
+    auto cached(Make make) -> decltype(make());
     bool device() const { return opt_.target == "cuda"; }
     // Training needs no image gradient; tiny_cnn's linked CPU libraries
     // give it, so all its kernels and plans do, alike.
@@ -65,7 +71,8 @@ private:
     std::map<std::pair<int64_t, int64_t>, Plan> plans_;
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SegmentedExecutor>> executors_;
     ExecutorTraceHook trace_;
-    std::shared_ptr<HostThreads> host_threads_;  // shared by the executors (they run one at a time)
+    std::shared_ptr<HostThreads> host_threads_;
+    std::unique_ptr<KernelCache> kernel_cache_;  // null: no cache (SEGTILE_KERNEL_CACHE=off, GPU kernels)  // shared by the executors (they run one at a time)
 };
 
 // "64x64" -> {64, 64}; throws std::invalid_argument naming `what`.

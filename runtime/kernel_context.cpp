@@ -30,4 +30,10 @@ void KernelContext::install_halide_hooks() {
     install_device_memory_hooks();
 }
 
+void KernelContext::install_halide_hooks(const HalideHookSetters &runtime) {
+    runtime.set_malloc(&ledger_malloc);
+    runtime.set_free(&ledger_free);
+    runtime.set_error(&record_error);
+}
+
 }  // namespace segtile

@@ -5,11 +5,23 @@
 
 #include <string>
 
+#include "HalideRuntime.h"
 #include "runtime/memory_ledger.h"
 
 namespace segtile {
 
 struct DeviceStream;  // runtime/device_memory.h
+
+// The hook setters of one Halide runtime (HalideRuntime.h), for a runtime
+// other than the one linked into this process (runtime/kernel_library.h).
+struct HalideHookSetters {
+    using MallocSetter = decltype(&halide_set_custom_malloc);
+    using FreeSetter = decltype(&halide_set_custom_free);
+    using ErrorSetter = decltype(&halide_set_error_handler);
+    MallocSetter set_malloc;
+    FreeSetter set_free;
+    ErrorSetter set_error;
+};
 
 struct KernelContext {
     MemoryLedger *ledger = nullptr;
@@ -22,6 +34,8 @@ struct KernelContext {
     // into this process (idempotent). Kernels must be compiled with the
     // user_context target feature.
     static void install_halide_hooks();
+    // The same hooks (not the device ones) in another runtime.
+    static void install_halide_hooks(const HalideHookSetters &runtime);
 };
 
 }  // namespace segtile

@@ -3,6 +3,7 @@
 # SourceRules; docs/architecture.md explains them):
 #  1. A folder includes only from itself and the folders below it
 #     (spec < runtime < io, schedules < generators < autoscheduler < apps;
+#     generators may include io: the kernel cache writes files atomically;
 #     bench and test may include anything).
 #  2. Only spec/environment.cpp reads the environment (getenv).
 # Prints each violation as file:line and exits 1 if there is any.
@@ -16,7 +17,7 @@ declare -A below=(
   [runtime]="spec"
   [io]="spec runtime"
   [schedules]="spec runtime"
-  [generators]="spec runtime schedules"
+  [generators]="spec runtime io schedules"
   [autoscheduler]="spec runtime schedules generators"
   [apps]="spec runtime io schedules generators autoscheduler"
 )

@@ -21,6 +21,16 @@ std::string home() {
     return "";
 }
 
+std::string kernel_cache_dir() {
+    const std::string v = value("SEGTILE_KERNEL_CACHE");
+    if (v == "off") return "";
+    if (!v.empty()) return v;
+    const std::string h = home();
+    return h.empty() ? "" : h + "/kernels";
+}
+
+std::string llvm_args() { return value("HL_LLVM_ARGS"); }
+
 std::string models_dir() { return value("SEGTILE_MODELS_DIR"); }
 
 int threads() {

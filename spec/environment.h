@@ -12,6 +12,14 @@ namespace segtile::environment {
 // calibrations and compiled kernels are cached below it.
 std::string home();
 
+// Where compiled kernels are kept (generators/kernel_cache.h):
+// SEGTILE_KERNEL_CACHE, a folder, or "off" for none (""); else home()/kernels.
+std::string kernel_cache_dir();
+
+// HL_LLVM_ARGS (Halide's own variable): LLVM options of every compile, so
+// part of what a compiled kernel depends on.
+std::string llvm_args();
+
 // SEGTILE_MODELS_DIR: where shipped models are looked up ("" when unset).
 std::string models_dir();
 
