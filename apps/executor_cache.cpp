@@ -79,9 +79,12 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
                 "drop --target cuda to train on the CPU, or run on a machine with an NVIDIA GPU and its driver "
                 "(`segtile plan --target cuda` plans for one without it)");
     }
-    // CPU kernels come from the kernel cache where there is one (GPU kernels
-    // are JIT-compiled in memory each run).
-    if (!device()) {
+    // CPU kernels come from the kernel cache where there is one; GPU
+    // kernels are JIT-compiled in memory each run.
+    // A dump asks for every kernel's statement or assembly: only a compile
+    // in memory writes them.
+    const bool dumping = !environment::dump_stmt_dir().empty() || !environment::dump_asm_dir().empty();
+    if (!device() && !dumping) {
         if (const std::string dir = environment::kernel_cache_dir(); !dir.empty())
             kernel_cache_ = std::make_unique<KernelCache>(dir, &log_);
     }

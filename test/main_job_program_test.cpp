@@ -38,6 +38,21 @@ TEST(MainJobProgram, DefaultTaskLearnsUnderTheCap) {
     const auto plan = nlohmann::json::parse(slurp(dir.file("run/plan.json")));
     EXPECT_EQ(plan["model"], "marks_cnn");
     EXPECT_THAT(slurp(dir.file("out.txt")), ::testing::HasSubstr("epoch 7/7"));
+    const std::string first_out = slurp(dir.file("out.txt")) + slurp(dir.file("err.txt"));
+    EXPECT_THAT(first_out, ::testing::ContainsRegex("kernels: [1-9][0-9]* compiled, 0 loaded from "));
+
+    // A second run compiles nothing: every kernel comes from the kernel
+    // cache in SEGTILE_HOME, and its first epoch is the first run's, bit
+    // for bit (the same seed, so the same images and initial weights).
+    const std::string again = "cd '" + dir.path().string() + "' && SEGTILE_HOME='" + dir.path().string() + "' '" SEGTILE_BIN
+                              "' train --size 512x512 --epochs 1 --run run2 >out2.txt 2>err2.txt";
+    const int rc2 = std::system(again.c_str());
+    ASSERT_TRUE(WIFEXITED(rc2) && WEXITSTATUS(rc2) == 0) << slurp(dir.file("out2.txt")) << slurp(dir.file("err2.txt"));
+    const std::string second_out = slurp(dir.file("out2.txt")) + slurp(dir.file("err2.txt"));
+    EXPECT_THAT(second_out, ::testing::ContainsRegex("kernels: 0 compiled, [1-9][0-9]* loaded from "));
+    const auto log2 = nlohmann::json::parse(slurp(dir.file("run2/log.json")));
+    EXPECT_EQ(log2["epochs"][0]["loss"].get<double>(), epochs[0]["loss"].get<double>());
+    EXPECT_EQ(log2["epochs"][0]["accuracy"].get<double>(), epochs[0]["accuracy"].get<double>());
 }
 
 }  // namespace
