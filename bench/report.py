@@ -338,6 +338,38 @@ def scale_section(doc, out):
     step_table(rows(doc), out, ["model", "size", "cap"], key, PLAN_COLUMNS + io_columns)
 
 
+def kernel_cache_section(doc, out):
+    out.append("## Kernel preparation: JIT, cold kernel cache, warm kernel cache (issue 42)\n")
+    out.append("`kernel_cache_bench`: a plan's kernels (float32, training: no image gradient) made ready three ways, "
+               "each in its own process: JIT-compiled in memory one after another (every run before the kernel "
+               "cache; `SEGTILE_KERNEL_CACHE=off`), compiled into an empty kernel cache in parallel on every core "
+               "(`docs/formats.md`, Kernel cache), and loaded from the filled cache (every later run).\n")
+    out.append("| model | cuts | kernels | JIT s | cold cache s | warm cache s | JIT / cold | JIT / warm "
+               "| high-water mark JIT | cold | warm |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    by = {}
+    for b in rows(doc):
+        m = re.match(r"BM_KernelPrep/([^/]+)/cuts:([^/]+)/([a-z_]+)", b["name"])
+        if m:
+            by.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = b
+    for (model, cuts), r in by.items():
+        def sec(how):
+            b = r.get(how)
+            return "FAILED" if b is None or failed(b) else num(b["seconds"], 3 if b["seconds"] < 1 else 1)
+        def hwm(how):
+            b = r.get(how)
+            return "—" if b is None or failed(b) else gib(b["high_water_mark_bytes"])
+        def ratio(a, c):
+            if any(r.get(h) is None or failed(r[h]) for h in (a, c)):
+                return "—"
+            return f"{r[a]['seconds'] / r[c]['seconds']:.1f}x" if r[c]["seconds"] > 0 else "—"
+        k = next((int(b["kernels"]) for b in r.values() if "kernels" in b), 0)
+        out.append(f"| {model} | {cuts.replace('_', ',') if cuts != 'untiled' else 'untiled'} | {k} | {sec('jit')} "
+                   f"| {sec('cache_cold')} | {sec('cache_warm')} | {ratio('jit', 'cache_cold')} "
+                   f"| {ratio('jit', 'cache_warm')} | {hwm('jit')} | {hwm('cache_cold')} | {hwm('cache_warm')} |")
+    out.append("")
+
+
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -349,7 +381,7 @@ def main():
     img_dir = os.path.join(a.docs, "img")
     os.makedirs(img_dir, exist_ok=True)
     docs, runs = {}, []
-    for n in ["machine_peak", "layers", "peers", "train_step", "scale"]:
+    for n in ["machine_peak", "layers", "peers", "train_step", "scale", "kernel_cache"]:
         docs[n], r = load_suite(a.results, n, a.repair)
         runs += r
     out = [BEGIN, ""]
@@ -363,7 +395,8 @@ def main():
                "train_step_bench --peak_gflops=P --benchmark_out=bench/results/train_step.json "
                "--benchmark_out_format=json\n"
                "scale_bench      --peak_gflops=P --benchmark_out=bench/results/scale.json --benchmark_out_format=json"
-               "   # --long only\n```\n")
+               "   # --long only\n"
+               "kernel_cache_bench --benchmark_out=bench/results/kernel_cache.json --benchmark_out_format=json\n```\n")
     ps = sorted({b["peak_gflops"] for d in docs.values() if d for b in rows(d) if "peak_gflops" in b})
     out.append("P is the float32 all-core FMA peak (machine_peak_bench's `BM_FmaPeak/bits:32/threads:0`); every "
                "\"fraction of peak\" divides useful GFLOP/s by it. "
@@ -390,6 +423,8 @@ def main():
     steps_section(docs["peers"], docs["train_step"], out, img_dir)
     if docs["scale"]:
         scale_section(docs["scale"], out)
+    if docs["kernel_cache"]:
+        kernel_cache_section(docs["kernel_cache"], out)
     out.append(END)
     generated = "\n".join(out) + "\n"
 
