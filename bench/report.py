@@ -338,6 +338,49 @@ def scale_section(doc, out):
     step_table(rows(doc), out, ["model", "size", "cap"], key, PLAN_COLUMNS + io_columns)
 
 
+def torch_section(torch_doc, train, out):
+    out.append("## Against PyTorch on the same CPU: VGG16 training step (issue 42)\n")
+    out.append("`bench/torch_step.py`: torchvision's vgg16().features, global average pooling and a 2-class linear "
+               "layer in PyTorch, batch 1, float32, a step being forward, backward and an SGD update, with "
+               "as many threads as segtile (`HL_NUM_THREADS`, else every CPU); eager NCHW, channels_last, and "
+               "checkpoint_sequential over 4 segments; each in its own process, the best of at least two steps. "
+               "segtile's columns are train_step_bench's rows of the same model and size (untiled, and the plan "
+               "under 1/8 of the untiled peak). A ratio above 1 means segtile is faster.\n")
+    seg = {}
+    for b in rows(train):
+        m = parse_step(b, r"BM_TrainStep/vgg16/size:(\d+)/cap:([^/]+)")
+        if m and not failed(b):
+            seg[(int(m[0]), m[1].replace("_", "/"))] = b
+    by = defaultdict(dict)
+    for b in rows(torch_doc):
+        m = parse_step(b, r"BM_TorchStep/vgg16/size:(\d+)/([a-z_0-9]+)")
+        if m:
+            by[int(m[0])][m[1]] = b
+    modes = ["eager", "channels_last", "checkpoint_4"]
+    out.append("| size | segtile untiled s | segtile 1/8 s | " + " | ".join(f"PyTorch {m} s" for m in modes) +
+               " | fastest PyTorch / segtile untiled | fastest PyTorch / segtile 1/8 | high-water mark: segtile "
+               "untiled | segtile 1/8 | " + " | ".join(f"PyTorch {m}" for m in modes) + " |")
+    out.append("|---:|" + "---:|" * (2 + len(modes) + 2 + 2 + len(modes)))
+
+    def sec(b):
+        return "failed" if b is None or failed(b) else num(b["seconds_per_step"], 2)
+
+    def hwm(b):
+        return "—" if b is None or failed(b) else gib(b["high_water_mark_bytes"])
+    for size in sorted(by):
+        t = by[size]
+        ok = [b["seconds_per_step"] for b in t.values() if not failed(b)]
+        best = min(ok) if ok else None
+        u, c = seg.get((size, "none")), seg.get((size, "1/8"))
+
+        def ratio(b):
+            return "—" if best is None or b is None or failed(b) else f"{best / b['seconds_per_step']:.2f}"
+        out.append(f"| {size} | {sec(u)} | {sec(c)} | " + " | ".join(sec(t.get(m)) for m in modes) +
+                   f" | {ratio(u)} | {ratio(c)} | {hwm(u)} | {hwm(c)} | " +
+                   " | ".join(hwm(t.get(m)) for m in modes) + " |")
+    out.append("")
+
+
 def kernel_cache_section(doc, out):
     out.append("## Kernel preparation: JIT, cold kernel cache, warm kernel cache (issue 42)\n")
     out.append("`kernel_cache_bench`: a plan's kernels (float32, training: no image gradient) made ready three ways, "
@@ -381,7 +424,7 @@ def main():
     img_dir = os.path.join(a.docs, "img")
     os.makedirs(img_dir, exist_ok=True)
     docs, runs = {}, []
-    for n in ["machine_peak", "layers", "peers", "train_step", "scale", "kernel_cache"]:
+    for n in ["machine_peak", "layers", "peers", "train_step", "scale", "kernel_cache", "torch"]:
         docs[n], r = load_suite(a.results, n, a.repair)
         runs += r
     out = [BEGIN, ""]
@@ -396,7 +439,8 @@ def main():
                "--benchmark_out_format=json\n"
                "scale_bench      --peak_gflops=P --benchmark_out=bench/results/scale.json --benchmark_out_format=json"
                "   # --long only\n"
-               "kernel_cache_bench --benchmark_out=bench/results/kernel_cache.json --benchmark_out_format=json\n```\n")
+               "kernel_cache_bench --benchmark_out=bench/results/kernel_cache.json --benchmark_out_format=json\n"
+               "python bench/torch_step.py --out bench/results/torch.json   # skipped without torch in the venv\n```\n")
     ps = sorted({b["peak_gflops"] for d in docs.values() if d for b in rows(d) if "peak_gflops" in b})
     out.append("P is the float32 all-core FMA peak (machine_peak_bench's `BM_FmaPeak/bits:32/threads:0`); every "
                "\"fraction of peak\" divides useful GFLOP/s by it. "
@@ -423,6 +467,8 @@ def main():
     steps_section(docs["peers"], docs["train_step"], out, img_dir)
     if docs["scale"]:
         scale_section(docs["scale"], out)
+    if docs["torch"]:
+        torch_section(docs["torch"], docs["train_step"], out)
     if docs["kernel_cache"]:
         kernel_cache_section(docs["kernel_cache"], out)
     out.append(END)

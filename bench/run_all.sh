@@ -33,6 +33,9 @@ print([b['gflops'] for b in d['benchmarks'] if b['name'].startswith('BM_FmaPeak/
 run layer_bench layers --peak_gflops="$peak" ${long[@]+"${long[@]}"} ${extra[@]+"${extra[@]}"}
 run peers_bench peers --peak_gflops="$peak" ${long[@]+"${long[@]}"} ${extra[@]+"${extra[@]}"}
 run train_step_bench train_step --peak_gflops="$peak" ${long[@]+"${long[@]}"} ${extra[@]+"${extra[@]}"}
+# PyTorch's step beside segtile's (skipped, with a message, without torch).
+rm -f "$results/torch.json"
+"$py" "$here/bench/torch_step.py" --out "$results/torch.json" ${long[@]+"${long[@]}"}
 run kernel_cache_bench kernel_cache ${long[@]+"${long[@]}"} ${extra[@]+"${extra[@]}"}
 # The scale run (Darknet19 at 16384^2 under 1 GiB, tens of minutes, about
 # 40 GiB of checkpoint files under $TMPDIR or /tmp) only with --long.
