@@ -119,6 +119,7 @@ void add_gradients(const Model &m, const std::vector<KernelArg> &sig, const Buil
     for (const auto &[name, f] : out) outs.push_back(f);
     unclamp_bounded_adjoints(outs);
     pure_pointwise_adjoints(outs);
+    likely_innermost_clamps(outs);
     // AVX-512's lanes (64 bytes), a multiple of AVX2's.
     if (!outs.empty()) whole_vector_rows(outs, 64 / outs.front().type().bytes());
 }
@@ -177,7 +178,12 @@ std::map<std::string, Func> build_kernel(const Model &m, const SegmentLayout &la
     }
     Built b = build_tensors(m, sig, in, first, last, bounds, t);
     if (kind == KernelKind::Forward) {
-        for (int o : seg.outputs) out["out_" + tensor_name(m, o)] = wrap(b.tensors[o], 4, "out_" + tensor_name(m, o));
+        std::vector<Func> outs;
+        for (int o : seg.outputs) {
+            out["out_" + tensor_name(m, o)] = wrap(b.tensors[o], 4, "out_" + tensor_name(m, o));
+            outs.push_back(out["out_" + tensor_name(m, o)]);
+        }
+        likely_innermost_clamps(outs);
         return out;
     }
     // Backward: seed each output with its gradient over its tile (zero

@@ -213,6 +213,28 @@ int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs) {
     return (int)pure.size();
 }
 
+int likely_innermost_clamps(const std::vector<Halide::Func> &outputs) {
+    // max(min(x, hi), lo) with x the Func's innermost pure Var, untagged.
+    struct Tag : IRMutator {
+        std::string x;
+        int tagged = 0;
+        using IRMutator::visit;
+        Expr visit(const Max *mx) override {
+            const Min *mn = mx->a.as<Min>();
+            const Variable *v = mn ? mn->a.as<Variable>() : nullptr;
+            if (!v || v->name != x || v->reduction_domain.defined()) return IRMutator::visit(mx);
+            tagged++;
+            return Max::make(Min::make(Halide::likely(mn->a), mutate(mn->b)), mutate(mx->b));
+        }
+    } tag;
+    for (auto &[name, fn] : build_environment(functions(outputs))) {
+        if (fn.args().empty() || fn.is_wrapper() || fn.has_extern_definition()) continue;
+        tag.x = fn.args()[0];
+        fn.mutate(&tag);
+    }
+    return tag.tagged;
+}
+
 int unclamp_bounded_adjoints(const std::vector<Halide::Func> &outputs) {
     int n = 0;
     for (auto &[name, fn] : build_environment(functions(outputs)))

@@ -36,4 +36,14 @@ int unclamp_bounded_adjoints(const std::vector<Halide::Func> &outputs);
 // output itself) are redirected to its pure form; returns how many.
 int pure_pointwise_adjoints(const std::vector<Halide::Func> &outputs);
 
+// Reads through a clamp of the innermost pure Var, f(clamp(x, lo, hi), ...)
+// (bounded() tensors, the pure adjoints above), are gathers when x is
+// vectorised: Halide cannot prove a clamped ramp dense. After autodiff
+// (which must see plain clamps), this tags each such x as likely, in every
+// definition of every Func the `outputs` call, so that Halide partitions x's
+// loop into edges and an interior where the clamp is the identity and the
+// loads are dense vectors. Semantics are unchanged. Returns how many clamps
+// it tagged.
+int likely_innermost_clamps(const std::vector<Halide::Func> &outputs);
+
 }  // namespace segtile

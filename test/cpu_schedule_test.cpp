@@ -218,3 +218,38 @@ TEST(CpuSchedule, ProducerReadByOneConvIsHeldPerBand) {
 }
 
 }  // namespace
+
+namespace {
+
+// The lowered statement of one kernel under the CPU schedule, as text.
+std::string lowered_cpu_kernel(const Model &m, KernelKind kind, const std::string &file) {
+    const SegmentLayout layout = make_segments(m, {});
+    const Halide::Target t = Halide::get_jit_target_from_environment();
+    KernelPipeline kp = kernel_pipeline(m, layout, kind, 0, Halide::Float(32));
+    schedule_cpu(kp.outputs, t);
+    Halide::Pipeline(kp.outputs).compile_to_lowered_stmt(file, kp.args, Halide::StmtOutputFormat::Text, t);
+    std::ifstream in(file);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+// Every tensor is read through a clamp to its window (bounded() in
+// generators/model_graph.cpp, and the pure adjoints), which makes a
+// vectorised load a gather unless Halide splits the loop at the clamp's
+// bounds: likely_innermost_clamps tags them so that it does. In the
+// interior the loads are dense vectors: a ramp index. Without the tags,
+// relu's input gradient read neither the image nor its output's gradient
+// densely, and batch norm's forward gathered the image (0.66 and 0.40 ms
+// at 64x128x128, 19 and 21 GB/s).
+TEST(CpuSchedule, ReadsThroughWindowClampsAreDenseInTheInterior) {
+    const std::string relu = lowered_cpu_kernel(
+        ModelBuilder("relu", 16).relu("relu").loss(LossKind::MeanSquaredError).build(), KernelKind::Backward,
+        ::testing::TempDir() + "relu_backward.stmt");
+    EXPECT_NE(relu.find("in_image[ramp("), std::string::npos);
+    EXPECT_NE(relu.find("grad_out_relu[ramp("), std::string::npos);
+    const std::string bn = lowered_cpu_kernel(
+        ModelBuilder("bn", 16).batch_norm("bn").loss(LossKind::MeanSquaredError).build(), KernelKind::Forward,
+        ::testing::TempDir() + "bn_forward.stmt");
+    EXPECT_NE(bn.find("in_image[ramp("), std::string::npos);
+}
