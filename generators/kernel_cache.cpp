@@ -262,6 +262,12 @@ std::string KernelCache::runtime_library(const Halide::Target &target) {
 
 std::unique_ptr<Kernel> KernelCache::kernel(const Model &m, const SegmentLayout &layout, KernelKind kind,
                                             int segment, Halide::Type t, MemoryLedger *ledger) {
+    bool compiled = false;
+    return prepare(m, layout, kind, segment, t, ledger, &compiled);
+}
+
+std::unique_ptr<Kernel> KernelCache::prepare(const Model &m, const SegmentLayout &layout, KernelKind kind,
+                                             int segment, Halide::Type t, MemoryLedger *ledger, bool *compiled) {
     const Halide::Target target = kernel_target();
     const std::string key = kernel_cache_key(m, layout, kind, segment, t, target);
     const std::string key_hash = hex(fnv1a(key.data(), key.size()));
@@ -289,6 +295,7 @@ std::unique_ptr<Kernel> KernelCache::kernel(const Model &m, const SegmentLayout 
         rejected_++;
     }
     compiled_++;
+    *compiled = true;
     if (const std::string runtime = runtime_library(target); !runtime.empty()) {
         try {
             return compile_and_store(m, layout, kind, segment, t, ledger, key, stem, runtime, signature);
@@ -349,10 +356,24 @@ ModelKernels KernelCache::model_kernels(const Model &m, const SegmentLayout &lay
     // Independent kernels compile side by side (Halide's compiler is
     // thread-safe for pipelines that share no Exprs).
     std::atomic<size_t> next{0};
+    // A cold compile of a deep model takes minutes: a line per kernel
+    // compiled says how far it is.
+    std::atomic<int> done{0};
     auto work = [&] {
         for (size_t i; (i = next++) < jobs.size();) {
             try {
-                jobs[i].kernel = kernel(m, layout, jobs[i].kind, jobs[i].segment, t, ledger);
+                bool compiled = false;
+                const auto start = std::chrono::steady_clock::now();
+                jobs[i].kernel = prepare(m, layout, jobs[i].kind, jobs[i].segment, t, ledger, &compiled);
+                const int ready = ++done;
+                if (compiled) {
+                    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                    std::ostringstream line;
+                    line << "compiled " << kernel_description(m, layout, jobs[i].kind, jobs[i].segment) << " in "
+                         << std::fixed << std::setprecision(1) << s << " s (" << ready << " of " << jobs.size()
+                         << " kernels ready)";
+                    warn(line.str());
+                }
             } catch (...) {
                 jobs[i].error = std::current_exception();
             }

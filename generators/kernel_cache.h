@@ -36,7 +36,8 @@ public:
     // `dir`: the cache folder (created on first store). `linker`: the C++
     // compiler driver that links an object into a shared library; default:
     // the one segtile was built with. `log` (may be null) gets one line per
-    // broken entry and the linker's failure.
+    // kernel model_kernels compiles (progress), per broken entry, and the
+    // linker's failure.
     explicit KernelCache(std::string dir, std::ostream *log = nullptr, std::string linker = default_linker());
 
     // Every kernel of `layout` with the CPU schedule, as jit_model_kernels
@@ -58,6 +59,9 @@ private:
     // The runtime library's path, stored on first use; "" where the cache
     // cannot be used (link_failed_ says why).
     std::string runtime_library(const Halide::Target &target);
+    // kernel(), saying whether it compiled (true) or loaded.
+    std::unique_ptr<Kernel> prepare(const Model &m, const SegmentLayout &layout, KernelKind kind, int segment,
+                                    Halide::Type t, MemoryLedger *ledger, bool *compiled);
     std::unique_ptr<Kernel> compile_and_store(const Model &m, const SegmentLayout &layout, KernelKind kind,
                                               int segment, Halide::Type t, MemoryLedger *ledger, const std::string &key,
                                               const std::string &stem, const std::string &runtime,

@@ -121,16 +121,20 @@ const Step &reference() {
 
 TEST(KernelCache, SecondRunLoadsEveryKernelAndComputesTheSame) {
     const fs::path dir = fresh_dir("second_run");
-    std::ostringstream log;
+    std::ostringstream first_log, log;
     Step first, second;
     {
-        KernelCache cache(dir.string(), &log);
+        KernelCache cache(dir.string(), &first_log);
         first = run_step(model(), layout(), [&](MemoryLedger *l) { return cache.model_kernels(model(), layout(), Halide::Float(64), l, 2); });
         EXPECT_EQ(cache.counts().compiled, 5);
         EXPECT_EQ(cache.counts().loaded, 0);
     }
     expect_close(first, reference(), 1e-13);
     EXPECT_EQ(files(dir, ".json").size(), 6u);  // five kernels and the runtime
+    // A progress line per kernel compiled, the last one saying all are ready.
+    EXPECT_NE(first_log.str().find("(5 of 5 kernels ready)"), std::string::npos) << first_log.str();
+    EXPECT_NE(first_log.str().find("compiled model 'cache_net', the backward kernel of segment 1"), std::string::npos)
+        << first_log.str();
     {
         KernelCache cache(dir.string(), &log);
         second = run_step(model(), layout(), [&](MemoryLedger *l) { return cache.model_kernels(model(), layout(), Halide::Float(64), l, 2); });
@@ -140,7 +144,7 @@ TEST(KernelCache, SecondRunLoadsEveryKernelAndComputesTheSame) {
     }
     EXPECT_EQ(second.loss, first.loss);  // the same libraries: bit for bit
     EXPECT_EQ(second.grads, first.grads);
-    EXPECT_EQ(log.str(), "");
+    EXPECT_EQ(log.str(), "");  // loading prints nothing
     // Nothing temporary is left behind.
     for (const auto &e : fs::directory_iterator(dir))
         EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
