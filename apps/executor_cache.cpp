@@ -88,6 +88,13 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
         if (const std::string dir = environment::kernel_cache_dir(); !dir.empty())
             kernel_cache_ = std::make_unique<KernelCache>(dir, &log_);
     }
+    if (const std::string v = environment::memory_available(); !v.empty()) {
+        try {
+            memory_available_ = parse_bytes(v);
+        } catch (const std::invalid_argument &e) {
+            throw UsageError(std::string("SEGTILE_MEMORY_AVAILABLE: ") + e.what());
+        }
+    }
     if (!opt_.plan_file.empty()) file_plan_ = read_plan_file(opt_.plan_file, model_);
     if (!opt_.tile.empty()) {
         parse_size(opt_.tile, "--tile");
@@ -102,7 +109,40 @@ ExecutorCache::ExecutorCache(const Model &m, const std::string &model_arg, Execu
     }
 }
 
-ExecutorCache::~ExecutorCache() = default;
+ExecutorCache::~ExecutorCache() {
+    // The executors' mapped checkpoint files go first, then their folder.
+    executors_.clear();
+    if (!spill_dir_.empty()) {
+        std::error_code ec;
+        std::filesystem::remove_all(spill_dir_, ec);
+    }
+}
+
+std::string ExecutorCache::spill_dir(int64_t store_bytes) {
+    const int64_t available = memory_available_ > 0 ? memory_available_ : available_memory_bytes();
+    // Half: the working memory, the data and the rest of the system need room too.
+    if (available <= 0 || store_bytes <= available / 2) return "";
+    namespace fs = std::filesystem;
+    if (spill_dir_.empty()) {
+        std::string t = (fs::temp_directory_path() / "segtile-checkpoints-XXXXXX").string();
+        if (!mkdtemp(t.data()))
+            throw UsageError("the checkpoint store (" + format_bytes(store_bytes) + ") needs more than half of the " +
+                             format_bytes(available) + " of memory available, and no folder can be made for it in " +
+                             fs::temp_directory_path().string() + ": give --checkpoint-dir DIR on a disk with room");
+        spill_dir_ = t;
+    }
+    std::error_code ec;
+    const fs::space_info space = fs::space(spill_dir_, ec);
+    if (!ec && (int64_t)space.available < store_bytes)
+        throw UsageError("the checkpoint store (" + format_bytes(store_bytes) + ") needs more than half of the " +
+                         format_bytes(available) + " of memory available, and " + spill_dir_ + " has only " +
+                         format_bytes((int64_t)space.available) + " free: give --checkpoint-dir DIR on a disk with " +
+                         format_bytes(store_bytes) + " free");
+    log_ << "checkpoint store " << format_bytes(store_bytes) << " is more than half of the " << format_bytes(available)
+         << " of memory available: kept in memory-mapped files in " << spill_dir_
+         << " (removed at the end; --checkpoint-dir chooses the folder)\n";
+    return spill_dir_;
+}
 
 std::string ExecutorCache::describe() const {
     if (device()) return describe_host() + ", on the GPU (CUDA)";
@@ -235,8 +275,11 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
         }
         layout = make_segments(model_, cuts, image_gradient());
     }
+    std::string checkpoint_dir = opt_.checkpoint_dir;
+    if (checkpoint_dir.empty() && !device())
+        checkpoint_dir = spill_dir(checkpoint_store_bytes(model_, layout, width, height, halide_type_of<float>()));
     auto exec = std::make_unique<SegmentedExecutor>(model_, layout, share_kernels(kernels_for(cuts)), tiles, ledger_,
-                                                    halide_type_of<float>(), opt_.checkpoint_dir);
+                                                    halide_type_of<float>(), checkpoint_dir);
     exec->set_trace(trace_);
     // One pool of host threads for every size: an executor per size, each
     // with its own, left a thread per core asleep per size a dataset holds.

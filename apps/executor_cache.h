@@ -22,7 +22,7 @@ struct ExecutionOptions {
     std::string memory_cap;      // plan for it ("256MiB"); "none": untiled
     std::string plan_file;       // or run this plan (from `segtile plan --json`)
     std::string cuts, tile;      // or these cuts and this tile (WxH) in every segment
-    std::string checkpoint_dir;  // "": checkpoints in memory
+    std::string checkpoint_dir;  // "": in memory, or in temporary files where they would not fit (spill_dir)
     bool estimate = false;       // plan with the analytic kernel-memory estimate only
     std::string optimizer = "adam";
     int batch = 1;
@@ -60,6 +60,10 @@ private:
     // give it, so all its kernels and plans do, alike.
     bool image_gradient() const { return model_.name == "tiny_cnn" && !device(); }
     std::string describe_host() const;
+    // Where the checkpoints go when no --checkpoint-dir is given: "" (memory)
+    // unless the store takes more than half of the memory available; then a
+    // temporary folder of memory-mapped files, made once (spill_dir_).
+    std::string spill_dir(int64_t store_bytes);
 
     Model model_;
     std::string model_arg_;
@@ -72,6 +76,8 @@ private:
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<SegmentedExecutor>> executors_;
     ExecutorTraceHook trace_;
     std::shared_ptr<HostThreads> host_threads_;
+    std::string spill_dir_;                      // "" until checkpoints spill
+    int64_t memory_available_ = 0;               // SEGTILE_MEMORY_AVAILABLE; 0: the system's
     std::unique_ptr<KernelCache> kernel_cache_;  // null: no cache (SEGTILE_KERNEL_CACHE=off, GPU kernels)  // shared by the executors (they run one at a time)
 };
 

@@ -52,7 +52,8 @@ public:
         c->add_option("--cuts", o_.execution.cuts, "with --tile: layers after which to store checkpoints");
         c->add_option("--tile", o_.execution.tile, "train tiled with this tile size WIDTHxHEIGHT in every segment");
         c->add_option("--checkpoint-dir", o_.execution.checkpoint_dir,
-                      "keep checkpoints in memory-mapped files in this directory");
+                      "keep checkpoints in memory-mapped files in this directory (default: in memory, or in "
+                      "temporary files when they would take more than half of the memory available)");
         c->add_flag("--estimate", o_.execution.estimate, "plan with the analytic kernel-memory estimate (no lowering)");
         c->add_option("--target", o_.execution.target,
                       "cpu, or cuda: kernels on an NVIDIA GPU; --memory-cap then caps device memory")

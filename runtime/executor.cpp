@@ -94,19 +94,45 @@ void SegmentedExecutor::allocate_store(int64_t width, int64_t height) {
     grads_.clear();
     values_.resize(L + 1);
     grads_.resize(L + 1);
-    std::vector<int> cps = layout_.checkpoints();
-    for (int t : layout_.head_inputs) cps.push_back(t);
-    for (int t : cps) {
-        if (grads_[t].defined()) continue;
-        const int64_t c = t == L ? model_.input_channels : shapes_[t].channels;
-        std::vector<int64_t> dims = {t == L ? width : shapes_[t].width, t == L ? height : shapes_[t].height, c, 1};
+    for (const StoredTensor &st : stored_tensors(model_, layout_, width, height, image_gradient_)) {
         auto make = [&] {
-            return checkpoint_dir_.empty() ? Tensor(dims, ledger_, MemoryLedger::Kind::Checkpoint, type_)
-                                           : Tensor::mapped(dims, checkpoint_dir_, ledger_, type_);
+            return checkpoint_dir_.empty() ? Tensor(st.dims, ledger_, MemoryLedger::Kind::Checkpoint, type_)
+                                           : Tensor::mapped(st.dims, checkpoint_dir_, ledger_, type_);
         };
-        if (t != L) values_[t] = make();  // the image's value is the caller's
-        if (t != L || image_gradient_) grads_[t] = make();
+        if (st.value) values_[st.tensor] = make();
+        if (st.gradient) grads_[st.tensor] = make();
     }
+}
+
+std::vector<StoredTensor> stored_tensors(const Model &m, const SegmentLayout &layout, int64_t width, int64_t height,
+                                         bool image_gradient) {
+    const int L = (int)m.layers.size();
+    const std::vector<TensorShape> shapes = m.shapes(width, height);
+    std::vector<int> cps = layout.checkpoints();
+    for (int t : layout.head_inputs) cps.push_back(t);
+    std::vector<StoredTensor> out;
+    std::vector<bool> seen(L + 1, false);
+    for (int t : cps) {
+        if (seen[t]) continue;
+        seen[t] = true;
+        const int64_t c = t == L ? m.input_channels : shapes[t].channels;
+        // The image's value is the caller's; its gradient is stored only
+        // where the layout gives it.
+        out.push_back({t, {t == L ? width : shapes[t].width, t == L ? height : shapes[t].height, c, 1}, t != L,
+                       t != L || image_gradient});
+    }
+    return out;
+}
+
+int64_t checkpoint_store_bytes(const Model &m, const SegmentLayout &layout, int64_t width, int64_t height,
+                               halide_type_t type) {
+    int64_t b = 0;
+    for (const StoredTensor &st : stored_tensors(m, layout, width, height, layout.image_gradient)) {
+        int64_t n = type.bytes();
+        for (int64_t d : st.dims) n *= d;
+        b += n * (st.value + st.gradient);
+    }
+    return b;
 }
 
 int64_t SegmentedExecutor::checkpoint_bytes() const {

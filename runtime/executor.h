@@ -43,6 +43,21 @@ struct ModelKernels {
 // alive): one compilation serves executors of several sizes or tilings.
 ModelKernels share_kernels(const std::shared_ptr<ModelKernels> &k);
 
+// One tensor of the checkpoint store at an image size: its value and/or its
+// gradient, each (W, H, C, 1).
+struct StoredTensor {
+    int tensor;                  // layer index; L is the image
+    std::vector<int64_t> dims;   // (W, H, C, 1)
+    bool value, gradient;
+};
+std::vector<StoredTensor> stored_tensors(const Model &m, const SegmentLayout &layout, int64_t width, int64_t height,
+                                         bool image_gradient);
+// The bytes the store of `layout` takes at width x height (what
+// SegmentedExecutor::checkpoint_bytes() reports once it has run), before
+// anything is allocated: where they go (memory or files) is decided on it.
+int64_t checkpoint_store_bytes(const Model &m, const SegmentLayout &layout, int64_t width, int64_t height,
+                               halide_type_t type);
+
 class HostThreads;
 class DeviceStreams;
 

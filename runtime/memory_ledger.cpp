@@ -156,6 +156,14 @@ int64_t process_high_water_mark() {
     return 0;
 }
 
+int64_t available_memory_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("MemAvailable:", 0) == 0) return std::atoll(line.c_str() + 13) * 1024;
+    return 0;
+}
+
 int64_t physical_memory_bytes() {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (int64_t)pages * page : 0;

@@ -89,6 +89,10 @@ private:
 // The process's resident-set high-water mark (VmHWM), in bytes.
 int64_t process_high_water_mark();
 
+// The memory the system can give without swapping (MemAvailable), in bytes
+// (0 if unknown).
+int64_t available_memory_bytes();
+
 // The machine's physical memory, in bytes (0 if unknown).
 int64_t physical_memory_bytes();
 

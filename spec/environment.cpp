@@ -31,6 +31,8 @@ std::string kernel_cache_dir() {
 
 std::string llvm_args() { return value("HL_LLVM_ARGS"); }
 
+std::string memory_available() { return value("SEGTILE_MEMORY_AVAILABLE"); }
+
 std::string models_dir() { return value("SEGTILE_MODELS_DIR"); }
 
 int threads() {

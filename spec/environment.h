@@ -20,6 +20,10 @@ std::string kernel_cache_dir();
 // part of what a compiled kernel depends on.
 std::string llvm_args();
 
+// SEGTILE_MEMORY_AVAILABLE: the memory segtile may assume free ("64GiB"),
+// instead of the system's MemAvailable; "" when unset.
+std::string memory_available();
+
 // SEGTILE_MODELS_DIR: where shipped models are looked up ("" when unset).
 std::string models_dir();
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -43,13 +44,21 @@ TEST(MainJobProgram, DefaultTaskLearnsUnderTheCap) {
 
     // A second run compiles nothing: every kernel comes from the kernel
     // cache in SEGTILE_HOME, and its first epoch is the first run's, bit
-    // for bit (the same seed, so the same images and initial weights).
-    const std::string again = "cd '" + dir.path().string() + "' && SEGTILE_HOME='" + dir.path().string() + "' '" SEGTILE_BIN
+    // for bit (the same seed, so the same images and initial weights). It
+    // is told that only 256 KiB are free, less than twice its checkpoint
+    // store: the checkpoints go to memory-mapped files in a temporary
+    // folder, removed at the end, with the same result.
+    const std::string again = "cd '" + dir.path().string() + "' && SEGTILE_HOME='" + dir.path().string() +
+                              "' SEGTILE_MEMORY_AVAILABLE=256KiB TMPDIR='" + dir.path().string() + "' '" SEGTILE_BIN
                               "' train --size 512x512 --epochs 1 --run run2 >out2.txt 2>err2.txt";
     const int rc2 = std::system(again.c_str());
     ASSERT_TRUE(WIFEXITED(rc2) && WEXITSTATUS(rc2) == 0) << slurp(dir.file("out2.txt")) << slurp(dir.file("err2.txt"));
     const std::string second_out = slurp(dir.file("out2.txt")) + slurp(dir.file("err2.txt"));
     EXPECT_THAT(second_out, ::testing::ContainsRegex("kernels: 0 compiled, [1-9][0-9]* loaded from "));
+    EXPECT_THAT(second_out, ::testing::HasSubstr("of memory available: kept in memory-mapped files in " +
+                                                 dir.path().string() + "/segtile-checkpoints-"));
+    for (const auto &e : std::filesystem::directory_iterator(dir.path()))
+        EXPECT_EQ(e.path().filename().string().rfind("segtile-checkpoints-", 0), std::string::npos) << "left behind";
     const auto log2 = nlohmann::json::parse(slurp(dir.file("run2/log.json")));
     EXPECT_EQ(log2["epochs"][0]["loss"].get<double>(), epochs[0]["loss"].get<double>());
     EXPECT_EQ(log2["epochs"][0]["accuracy"].get<double>(), epochs[0]["accuracy"].get<double>());

@@ -221,6 +221,13 @@ TEST(TiledTraining, WithoutImageGradientSameParameterGradients) {
     without.expect_same_gradients(with);
     const int64_t image_grad_bytes = (int64_t)W * H * m.input_channels * (int64_t)sizeof(double);
     EXPECT_EQ(with.exec->checkpoint_bytes() - without.exec->checkpoint_bytes(), image_grad_bytes);
+    // The store's size is known before anything is allocated (the program
+    // decides on it whether checkpoints go to files): the bytes it took.
+    for (bool ig : {true, false})
+        EXPECT_EQ(checkpoint_store_bytes(m, make_segments(m, parse_cuts(m, "pool1,relu2"), ig), W, H,
+                                         halide_type_of<double>()),
+                  (ig ? with : without).exec->checkpoint_bytes())
+            << "image gradient " << ig;
     EXPECT_EQ(with.ledger.peak(MemoryLedger::Kind::Checkpoint) - without.ledger.peak(MemoryLedger::Kind::Checkpoint),
               image_grad_bytes);
     EXPECT_LE(without.ledger.peak(MemoryLedger::Kind::Working), with.ledger.peak(MemoryLedger::Kind::Working));
