@@ -121,4 +121,14 @@ IsolatedResult run_isolated(const std::function<void(IsolatedResult &)> &body, d
     return parse(text);
 }
 
+IsolatedResult run_isolated_iteration(benchmark::State &state, const std::function<void(IsolatedResult &)> &body,
+                                      double time_limit_seconds, const std::string &what, const char *seconds) {
+    state.SetIterationTime(0);
+    IsolatedResult r = run_isolated(body, time_limit_seconds);
+    for (const auto &[k, v] : r.counters) state.counters[k] = v;
+    state.SetLabel(r.ok ? what : what + ": FAILED: " + r.error);
+    if (r.ok) state.SetIterationTime(r.counters[seconds]);
+    return r;
+}
+
 }  // namespace segtile::bench

@@ -8,6 +8,8 @@
 // forks before any Halide code has run.
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <functional>
 #include <map>
 #include <string>
@@ -23,5 +25,11 @@ struct IsolatedResult {
 
 // `body` fills counters and label; an exception it throws becomes `error`.
 IsolatedResult run_isolated(const std::function<void(IsolatedResult &)> &body, double time_limit_seconds);
+
+// One benchmark iteration as an isolated run: its counters go onto `state`,
+// its counter `seconds` becomes the iteration's manual time (0 where it
+// failed), and the label is `what`, or "what: FAILED: why".
+IsolatedResult run_isolated_iteration(benchmark::State &state, const std::function<void(IsolatedResult &)> &body,
+                                      double time_limit_seconds, const std::string &what, const char *seconds);
 
 }  // namespace segtile::bench

@@ -89,18 +89,10 @@ void register_suite(const std::vector<Config> &configs, const BenchOptions &opt,
             const std::string name = "BM_KernelPrep/" + cfg.model + "/cuts:" + cuts_id + "/" + how;
             const std::string dir = root + "/" + cfg.model + "-" + cuts_id;
             benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &state) {
-                for (auto _ : state) {
-                    state.SetIterationTime(0);
-                    IsolatedResult r = run_isolated([&](IsolatedResult &out) { prepare(cfg, how, dir, out); }, limit);
-                    for (const auto &[k, v] : r.counters) state.counters[k] = v;
-                    const std::string what = cfg.model + " " + (cfg.cuts.empty() ? "untiled" : cfg.cuts) + " " + how;
-                    if (!r.ok) {
-                        state.SetLabel(what + ": FAILED: " + r.error);
-                        continue;
-                    }
-                    state.SetLabel(what);
-                    state.SetIterationTime(r.counters["seconds"]);
-                }
+                const std::string what = cfg.model + " " + (cfg.cuts.empty() ? "untiled" : cfg.cuts) + " " + how;
+                for (auto _ : state)
+                    run_isolated_iteration(state, [&](IsolatedResult &out) { prepare(cfg, how, dir, out); }, limit,
+                                           what, "seconds");
             })
                 ->Iterations(1)
                 ->UseManualTime()

@@ -99,17 +99,10 @@ void register_suite(const std::vector<MemoryCap> &caps, const std::vector<Config
                 for (auto _ : state) {
                     state.counters["peak_gflops"] = opt.peak_gflops;
                     state.counters["cap_fraction"] = cap.fraction;
-                    state.SetIterationTime(0);
-                    IsolatedResult r = run_isolated(
-                        [&](IsolatedResult &out) { run_step_under_cap(cap, c, untiled, opt.peak_gflops, out); }, limit);
-                    for (const auto &[k, v] : r.counters) state.counters[k] = v;
-                    if (!r.ok) {
-                        state.SetLabel(what + ": FAILED: " + r.error);
-                        continue;
-                    }
-                    if (cap.fraction == 0) suite.untiled_peak[key] = r.counters["peak_working_bytes"];
-                    state.SetLabel(what);
-                    state.SetIterationTime(r.counters["seconds_per_step"]);
+                    IsolatedResult r = run_isolated_iteration(
+                        state, [&](IsolatedResult &out) { run_step_under_cap(cap, c, untiled, opt.peak_gflops, out); },
+                        limit, what, "seconds_per_step");
+                    if (r.ok && cap.fraction == 0) suite.untiled_peak[key] = r.counters["peak_working_bytes"];
                 }
             })
                 ->Iterations(1)
