@@ -1,5 +1,6 @@
 #include "bench/capped_step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -10,6 +11,8 @@
 #include "schedules/cpu_schedule.h"
 #include "autoscheduler/kernel_memory.h"
 #include "generators/jit_kernel.h"
+#include "generators/kernel_cache.h"
+#include "spec/environment.h"
 #include "runtime/executor.h"
 #include "spec/cost.h"
 
@@ -42,12 +45,12 @@ int64_t predicted_untiled_peak(const std::string &model, int size) {
 }
 
 void run_capped_fraction(const std::string &model, int size, double fraction, double untiled_peak_bytes,
-                         double peak_gflops, IsolatedResult &r) {
+                         double peak_gflops, IsolatedResult &r, const CappedStepOptions &opt) {
     double base = untiled_peak_bytes;
     r.counters["cap_from_prediction"] = base > 0 ? 0 : 1;
     if (base <= 0) base = (double)predicted_untiled_peak(model, size);
     r.counters["untiled_peak_bytes"] = base;
-    run_capped_step(model, size, (int64_t)(fraction * base), peak_gflops, r);
+    run_capped_step(model, size, (int64_t)(fraction * base), peak_gflops, r, opt);
 }
 
 void run_capped_step(const std::string &name, int size, int64_t cap_bytes, double peak_gflops, IsolatedResult &r,
@@ -62,11 +65,28 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     SegmentLayout layout = make_segments(m, plan.cuts, opt.image_gradient);
     const auto t1 = clock::now();
     if (opt.progress) std::fprintf(stderr, "%s\n", plan_table(plan, m).c_str());
-    SegmentedExecutor exec(m, layout, jit_model_kernels(m, layout, Halide::Float(32), &ledger), plan.tile_sizes(),
-                           &ledger, halide_type_of<float>(), opt.checkpoint_dir);
+    std::unique_ptr<KernelCache> cache;
+    if (!opt.kernel_cache_dir.empty()) cache = std::make_unique<KernelCache>(opt.kernel_cache_dir);
+    ModelKernels kernels = cache ? cache->model_kernels(m, layout, Halide::Float(32), &ledger, environment::threads())
+                                 : jit_model_kernels(m, layout, Halide::Float(32), &ledger);
     const double compile_seconds = std::chrono::duration<double>(clock::now() - t1).count();
     if (opt.progress)
-        std::fprintf(stderr, "compiled %zu segments in %.1f s\n", plan.segments.size(), compile_seconds);
+        std::fprintf(stderr, "%s %zu segments in %.1f s\n", cache ? cache->summary().c_str() : "compiled",
+                     plan.segments.size(), compile_seconds);
+    if (cache) {
+        const KernelCacheCounts n = cache->counts();
+        r.counters["kernels_compiled"] = n.compiled;
+        r.counters["kernels_loaded"] = n.loaded;
+    }
+    r.counters["compile_seconds"] = compile_seconds;
+    if (opt.prepare_only) return;
+    SegmentedExecutor exec(m, layout, std::move(kernels), plan.tile_sizes(), &ledger, halide_type_of<float>(),
+                           opt.checkpoint_dir);
+    // From here on the high-water mark is the steps' (the compiler's
+    // memory above was given back, but VmHWM keeps its peak).
+    const int64_t hwm_before_steps = process_high_water_mark();
+    r.counters["resident_before_steps_bytes"] = (double)process_resident_bytes();
+    const bool hwm_reset = reset_process_high_water_mark();
     // Time inside kernel calls (the head's too; on the CPU they read and
     // write the checkpoint store in place, its page faults included); the
     // rest of a step is the executor's: windows copied, gradients added.
@@ -75,8 +95,10 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
         const double dt = std::chrono::duration<double>(e.end - e.start).count();
         if (e.category == "kernel" || e.category == "head") kernel_seconds += dt;
         if (opt.progress && e.category == "segment")
-            std::fprintf(stderr, "%s: %.3f s (working peak so far %s)\n", e.name.c_str(), dt,
-                         format_bytes(ledger.peak(MemoryLedger::Kind::Working)).c_str());
+            std::fprintf(stderr, "%s: %.3f s (working peak so far %s, resident %s, high-water mark %s)\n",
+                         e.name.c_str(), dt, format_bytes(ledger.peak(MemoryLedger::Kind::Working)).c_str(),
+                         format_bytes(process_resident_bytes()).c_str(),
+                         format_bytes(process_high_water_mark()).c_str());
     });
     // The image is data, not working memory: (W, H, C, 1).
     Tensor image({size, size, m.input_channels, 1}, &ledger, MemoryLedger::Kind::Data);
@@ -166,12 +188,12 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     r.counters["predicted_peak_bytes"] = (double)plan.peak_bytes;
     r.counters["peak_working_bytes"] = (double)ledger.peak(MemoryLedger::Kind::Working);
     r.counters["checkpoint_bytes"] = (double)ledger.peak(MemoryLedger::Kind::Checkpoint);
-    r.counters["high_water_mark_bytes"] = (double)process_high_water_mark();
+    r.counters["high_water_mark_bytes"] = (double)std::max(hwm_before_steps, process_high_water_mark());
+    r.counters["step_high_water_mark_bytes"] = hwm_reset ? (double)process_high_water_mark() : -1;
     r.counters["recompute_factor"] = plan.recompute;
     r.counters["image_gradient"] = opt.image_gradient;
     r.counters["segments"] = (double)plan.segments.size();
     r.counters["plan_seconds"] = plan_seconds;
-    r.counters["compile_seconds"] = compile_seconds;
     r.counters["seconds_per_step"] = steady.seconds;
     r.counters["seconds_first_step"] = cold.seconds;
     r.counters["minor_faults_per_step"] = steady.io.minor_faults;

@@ -25,6 +25,9 @@ namespace segtile::bench {
 //   kernel_seconds_per_step (inside kernel calls, which on the CPU read
 //   and write the checkpoint store in place; the rest of seconds_per_step
 //   is the executor's copies and adds), io_stall_seconds_per_step and
+//   resident_before_steps_bytes (VmRSS once the kernels are ready),
+//   step_high_water_mark_bytes (the process's high-water mark reset after
+//   the kernels were made: the steps' own, without the compiler's),
 //   memory_stall_seconds_per_step (the machine's pressure stall "full"
 //   time: wall time every running task waited on storage or on memory
 //   reclaim; -1 without /proc/pressure; the kernel sums it every 2 s, so
@@ -39,6 +42,13 @@ struct CappedStepOptions {
     // step takes tens of minutes and is timed alone.
     bool warm_up = true;
     std::string checkpoint_dir;  // "": the checkpoint store in memory
+    // "": kernels JIT-compiled in this process; else they come from the
+    // kernel cache in this folder (compiled into it where missing), as a
+    // `segtile train` run's do.
+    std::string kernel_cache_dir;
+    // Plan and prepare the kernels (fill the kernel cache), run no step: a
+    // first process that leaves the cache warm for the measured one.
+    bool prepare_only = false;
     bool progress = false;       // a line on stderr per segment run
     // Also the image's gradient (kernels, store, plan), which training does
     // not need: to measure what leaving it out saves.
@@ -55,7 +65,7 @@ void run_capped_step(const std::string &model, int size, int64_t cap_bytes, doub
 // not run (then the planner's prediction of it stands in; counters
 // cap_from_prediction and untiled_peak_bytes say which).
 void run_capped_fraction(const std::string &model, int size, double fraction, double untiled_peak_bytes,
-                         double peak_gflops, IsolatedResult &r);
+                         double peak_gflops, IsolatedResult &r, const CappedStepOptions &opt = {});
 
 // The planner's prediction for the step with no cap (one segment, the whole
 // image as its tile), with the same exact kernel memory: what capped runs

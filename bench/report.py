@@ -290,13 +290,19 @@ def steps_section(peers, train, out, img_dir):
                    "first step: every page faults in); s/step is the fastest later one (the second for capped "
                    "runs; `none` repeats until 2 s are spent), whose buffers come from the cache, as every later "
                    "step of an epoch. Peaks cover all of them. Runs before 2026-12-03 timed the first only "
-                   "where a step took over 2 s.\n")
+                   "where a step took over 2 s. The high-water mark is the process's (the JIT compiler's memory "
+                   "included); the steps' high-water mark is reset once the kernels are made (since 2026-12-07). "
+                   "`1/8-mapped` runs the 1/8 plan with its checkpoint store in memory-mapped files "
+                   "(`--checkpoint-dir`; each tile's pages leave the process after the tile) and its kernels "
+                   "loaded from the kernel cache, which a process before it filled: the whole memory of a second "
+                   "`segtile train --checkpoint-dir` run.\n")
 
         def key(b):
             model, size, cap = parse_step(b, r"BM_TrainStep/([^/]+)/size:(\d+)/cap:([^/]+)")
             return [model, size, cap.replace("_", "/")]
 
-        step_table(rs, out, ["model", "size", "cap"], key, PLAN_COLUMNS)
+        step_table(rs, out, ["model", "size", "cap"], key, PLAN_COLUMNS + [
+            ("steps' high-water mark", "step_high_water_mark_bytes", lambda v: gib(v) if v >= 0 else "—")])
         for b in rs:
             if failed(b):
                 continue
@@ -345,7 +351,9 @@ def torch_section(torch_doc, train, out):
                "as many threads as segtile (`HL_NUM_THREADS`, else every CPU); eager NCHW, channels_last, and "
                "checkpoint_sequential over 4 segments; each in its own process, the best of at least two steps. "
                "segtile's columns are train_step_bench's rows of the same model and size (untiled, and the plan "
-               "under 1/8 of the untiled peak). A ratio above 1 means segtile is faster.\n")
+               "under 1/8 of the untiled peak, and that plan with its checkpoints in memory-mapped files and "
+               "its kernels from a warm kernel cache). A ratio above 1 means segtile is faster. The last column "
+               "divides the mapped run's process high-water mark by PyTorch's lowest.\n")
     seg = {}
     for b in rows(train):
         m = parse_step(b, r"BM_TrainStep/vgg16/size:(\d+)/cap:([^/]+)")
@@ -357,10 +365,12 @@ def torch_section(torch_doc, train, out):
         if m:
             by[int(m[0])][m[1]] = b
     modes = ["eager", "channels_last", "checkpoint_4"]
-    out.append("| size | segtile untiled s | segtile 1/8 s | " + " | ".join(f"PyTorch {m} s" for m in modes) +
-               " | fastest PyTorch / segtile untiled | fastest PyTorch / segtile 1/8 | high-water mark: segtile "
-               "untiled | segtile 1/8 | " + " | ".join(f"PyTorch {m}" for m in modes) + " |")
-    out.append("|---:|" + "---:|" * (2 + len(modes) + 2 + 2 + len(modes)))
+    out.append("| size | segtile untiled s | segtile 1/8 s | segtile 1/8-mapped s | " +
+               " | ".join(f"PyTorch {m} s" for m in modes) +
+               " | fastest PyTorch / segtile untiled | / segtile 1/8 | / segtile 1/8-mapped | high-water mark: "
+               "segtile untiled | segtile 1/8 | segtile 1/8-mapped | " + " | ".join(f"PyTorch {m}" for m in modes) +
+               " | segtile 1/8-mapped / lowest PyTorch |")
+    out.append("|---:|" + "---:|" * (3 + len(modes) + 3 + 3 + len(modes) + 1))
 
     def sec(b):
         return "failed" if b is None or failed(b) else num(b["seconds_per_step"], 2)
@@ -371,13 +381,15 @@ def torch_section(torch_doc, train, out):
         t = by[size]
         ok = [b["seconds_per_step"] for b in t.values() if not failed(b)]
         best = min(ok) if ok else None
-        u, c = seg.get((size, "none")), seg.get((size, "1/8"))
+        u, c, f = seg.get((size, "none")), seg.get((size, "1/8")), seg.get((size, "1/8-mapped"))
 
         def ratio(b):
             return "—" if best is None or b is None or failed(b) else f"{best / b['seconds_per_step']:.2f}"
-        out.append(f"| {size} | {sec(u)} | {sec(c)} | " + " | ".join(sec(t.get(m)) for m in modes) +
-                   f" | {ratio(u)} | {ratio(c)} | {hwm(u)} | {hwm(c)} | " +
-                   " | ".join(hwm(t.get(m)) for m in modes) + " |")
+        lowest = min((b["high_water_mark_bytes"] for b in t.values() if not failed(b)), default=None)
+        share = "—" if lowest is None or f is None or failed(f) else f"{f['high_water_mark_bytes'] / lowest:.2f}"
+        out.append(f"| {size} | {sec(u)} | {sec(c)} | {sec(f)} | " + " | ".join(sec(t.get(m)) for m in modes) +
+                   f" | {ratio(u)} | {ratio(c)} | {ratio(f)} | {hwm(u)} | {hwm(c)} | {hwm(f)} | " +
+                   " | ".join(hwm(t.get(m)) for m in modes) + f" | {share} |")
     out.append("")
 
 

@@ -8,7 +8,7 @@
 // (bench/capped_step.h).
 //
 //   scale_bench [--peak_gflops=X] [--model=darknet19] [--size=16384] \
-//       [--cap=1GiB] [--checkpoint_dir=DIR] [--warm_up] [--image_gradient] [--calibrated] \
+//       [--cap=1GiB] [--checkpoint_dir=DIR] [--warm_up] [--image_gradient] [--calibrated] [--kernel_cache] \
 //       --benchmark_out=bench/results/scale.json --benchmark_out_format=json
 //
 // DIR defaults to a fresh folder under $TMPDIR (or /tmp), removed after the
@@ -17,6 +17,8 @@
 // --calibrated plans with the rates `segtile plan --calibrate` saved
 // (calibration_path()) instead of the defaults; bench/time_model_check.py
 // compares the plan's predicted segment times with the measured ones.
+// --kernel_cache takes the kernels from the kernel cache (compiling into it
+// what is missing) instead of JIT-compiling them in the process.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -31,6 +33,7 @@
 #include "bench/capped_step.h"
 #include "bench/isolated_run.h"
 #include "runtime/memory_ledger.h"
+#include "spec/environment.h"
 
 namespace {
 
@@ -45,6 +48,7 @@ struct ScaleOptions {
     bool warm_up = false;
     bool image_gradient = false;
     bool calibrated = false;
+    bool kernel_cache = false;  // kernels from the kernel cache, as `segtile train`'s
 };
 
 // Takes this suite's own flags out of argv, as parse_bench_options does.
@@ -61,6 +65,7 @@ ScaleOptions parse_scale_options(int *argc, char **argv) {
         else if (a == "--warm_up") o.warm_up = true;
         else if (a == "--image_gradient") o.image_gradient = true;
         else if (a == "--calibrated") o.calibrated = true;
+        else if (a == "--kernel_cache") o.kernel_cache = true;
         else argv[kept++] = argv[i];
     }
     *argc = kept;
@@ -97,6 +102,7 @@ int main(int argc, char **argv) {
             co.checkpoint_dir = so.checkpoint_dir;
             co.progress = true;
             co.rates = rates;
+            if (so.kernel_cache) co.kernel_cache_dir = environment::kernel_cache_dir();
             // No time limit beyond the suite's flag: the run is the point.
             IsolatedResult r = run_isolated(
                 [&](IsolatedResult &out) { run_capped_step(so.model, so.size, cap, opt.peak_gflops, out, co); },

@@ -49,6 +49,7 @@ CompiledStep compile_training_step(const StepConfig &c);
 //   fraction_of_peak       gflops / peak_gflops
 //   peak_working_bytes     ledger: runtime tensors and every Halide allocation
 //   high_water_mark_bytes  the process's VmHWM after the steps
+//   step_high_water_mark_bytes  VmHWM reset once the kernel was compiled: the steps' own (-1 where it cannot be reset)
 void run_compiled_step(CompiledStep &s, const StepConfig &c, double peak_gflops, IsolatedResult &r);
 
 // Both, in the calling process.

@@ -153,6 +153,7 @@ private:
     void finish_tile(SegmentRun &run, TileCall &c, ParamStore &params);
     std::string kernel_event(const SegmentRun &run) const;
     Tensor take_spare(SegmentRun &run, const std::vector<int64_t> &dims);
+    void drop_resident_checkpoints();  // mapped checkpoint pages out of the resident set
     void run_head(const Halide::Runtime::Buffer<> &labels_or_target, ParamStore &params, Tensor *predictions, int n,
                   double &loss);
 

@@ -144,11 +144,16 @@ std::string SegmentedExecutor::kernel_event(const SegmentRun &run) const {
 // planner counts one tile's windows; or a device asked for no overlap).
 void SegmentedExecutor::run_tiles_one_at_a_time(SegmentRun &run, const std::vector<std::pair<size_t, size_t>> &order,
                                                 ParamStore &params) {
-    for (const auto &[tx, ty] : order) {
+    for (size_t i = 0; i < order.size(); i++) {
+        const auto [tx, ty] = order[i];
         std::unique_ptr<TileCall> c = prepare_tile(run, tx, ty, params);
         launch_tile(run, *c);
         collect_tile(run, *c);
         finish_tile(run, *c, params);
+        // Mapped checkpoint pages leave the process after each row of tiles,
+        // not each tile: the tiles of a row share pages (a 4 KiB page is a
+        // whole 1024-float row of a plane).
+        if (i + 1 == order.size() || order[i + 1].second != ty) drop_resident_checkpoints();
     }
 }
 

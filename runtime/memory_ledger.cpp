@@ -148,21 +148,33 @@ void MemoryLedger::block_free(MemoryLedger *ledger, void *ptr) {
     std::free(base);
 }
 
-int64_t process_high_water_mark() {
-    std::ifstream f("/proc/self/status");
+namespace {
+
+// The value of "key: N kB" in a /proc file, in bytes (0 if absent).
+int64_t proc_kib_field(const char *path, const std::string &key) {
+    std::ifstream f(path);
     std::string line;
     while (std::getline(f, line))
-        if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+        if (line.rfind(key, 0) == 0 && line.size() > key.size() && line[key.size()] == ':')
+            return std::atoll(line.c_str() + key.size() + 1) * 1024;
     return 0;
 }
 
-int64_t available_memory_bytes() {
-    std::ifstream f("/proc/meminfo");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("MemAvailable:", 0) == 0) return std::atoll(line.c_str() + 13) * 1024;
-    return 0;
+}  // namespace
+
+int64_t process_high_water_mark() { return proc_kib_field("/proc/self/status", "VmHWM"); }
+
+int64_t process_resident_bytes() { return proc_kib_field("/proc/self/status", "VmRSS"); }
+
+bool reset_process_high_water_mark() {
+    // "5" to clear_refs sets VmHWM to the current resident set (Linux 4.0 on).
+    std::ofstream f("/proc/self/clear_refs");
+    f << "5";
+    f.flush();
+    return (bool)f;
 }
+
+int64_t available_memory_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable"); }
 
 int64_t physical_memory_bytes() {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

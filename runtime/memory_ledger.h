@@ -88,6 +88,12 @@ private:
 
 // The process's resident-set high-water mark (VmHWM), in bytes.
 int64_t process_high_water_mark();
+// The process's resident set now (VmRSS), in bytes.
+int64_t process_resident_bytes();
+// Lowers VmHWM to the current resident set, so that a later
+// process_high_water_mark() is the peak of what ran since (a step's, not
+// the compiler's before it). False where the kernel refuses.
+bool reset_process_high_water_mark();
 
 // The memory the system can give without swapping (MemAvailable), in bytes
 // (0 if unknown).
