@@ -198,10 +198,11 @@ void SegmentedExecutor::run_segment(int s, bool backward, ParamStore &params) {
 
 
 void SegmentedExecutor::drop_resident_checkpoints() {
-    // Checkpoints in mapped files leave the process's memory after each
-    // tile (the page cache writes them back); the next tile faults back
-    // what it reads. Per segment, VGG16's 1024^2 backward held three 256 MiB
-    // planes at once.
+    // Checkpoints in mapped files leave the process's memory (the page
+    // cache writes them back); the next row of tiles faults back what it
+    // reads. Kept for a whole segment, a backward segment's checkpoint, output
+    // gradient and input gradient are resident whole (VGG16 at 1024^2 under
+    // 1/8: a 936 MiB high-water mark, against 669 MiB).
     if (checkpoint_dir_.empty()) return;
     for (auto *store : {&values_, &grads_})
         for (Tensor &t : *store) t.drop_resident();
