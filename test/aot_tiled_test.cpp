@@ -6,7 +6,10 @@
 // tile, does not share.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "generators/training_step.h"
@@ -112,6 +115,83 @@ TEST(AotTiled, MemoryMappedCheckpointsMatchInMemory) {
     EXPECT_EQ(grads[0], grads[1]);
     std::error_code ec;
     EXPECT_TRUE(std::filesystem::is_empty(dir, ec)) << "checkpoint files are removed";
+    std::filesystem::remove_all(dir, ec);
+}
+
+namespace {
+
+// Resident bytes of the mapping that starts at `base` (/proc/self/smaps),
+// -1 if there is none.
+int64_t resident_bytes_of_mapping(const void *base) {
+    std::ifstream f("/proc/self/smaps");
+    std::string line;
+    bool in = false;
+    while (std::getline(f, line)) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+            in = lo == (unsigned long)base;
+            continue;
+        }
+        if (in && line.rfind("Rss:", 0) == 0) return std::atoll(line.c_str() + 4) * 1024;
+    }
+    return -1;
+}
+
+}  // namespace
+
+// Mapped checkpoint pages leave the process after each row of tiles: while
+// the first segment writes pool1's checkpoint (a page per row of a plane at
+// this width), only the current row of tiles' pages are resident; after
+// each segment, none.
+TEST(AotTiled, MappedCheckpointPagesLeaveAfterEachRowOfTiles) {
+    Model m = load_model("tiny_cnn");
+    SegmentLayout layout = make_segments(m, parse_cuts(m, tiny_cnn_tiled_cuts()));
+    char tmpl[] = "/tmp/segtile-mmap-XXXXXX";
+    const std::string dir = mkdtemp(tmpl);
+    const int W = 2048, H = 64;  // pool1: (1024, 32, 8, 1), a 4 KiB page per row of a plane
+    Tensor images({W, H, 1, 1}, nullptr);
+    images.fill(0.25);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    MemoryLedger ledger;
+    SegmentedExecutor exec(m, layout, tiny_cnn_tiled_kernels(m, &ledger), {{512, 5}, {128, 4}, {64, 3}}, &ledger,
+                           halide_type_of<float>(), dir);
+    ParamStore params(m, &ledger);
+    params.init_pytorch_default(4);
+    std::vector<const Tensor *> stored;
+    bool first_segment = true;
+    std::vector<int64_t> row_starts;  // pool1's resident bytes at each row's first tile, first segment
+    int64_t after_segments = 0;
+    int segments = 0;
+    auto resident = [&] {
+        int64_t n = 0;
+        for (const Tensor *t : stored) n += std::max<int64_t>(0, resident_bytes_of_mapping(t->data()));
+        return n;
+    };
+    exec.set_trace([&](const ExecutorEvent &e) {
+        if (stored.empty())
+            for (const StoredTensor &st : stored_tensors(m, layout, W, H, false))
+                if (st.value) stored.push_back(&exec.checkpoint(st.tensor));
+        if (e.category == "segment") {
+            first_segment = false;
+            after_segments += resident();
+            segments++;
+        }
+        if (e.category != "tile" || !first_segment) return;
+        int64_t tx = -1;
+        for (const auto &[k, v] : e.args)
+            if (k == "tx") tx = v;
+        if (tx == 0) row_starts.push_back(resident());
+    });
+    exec.step(images, labels, params);
+    ASSERT_GE(row_starts.size(), 6u);  // 32 rows in tiles of 5
+    EXPECT_GT(row_starts.front(), 0);
+    // Kept for the whole segment, the last row would find every earlier
+    // row's pages still resident (6x the first).
+    EXPECT_LE(row_starts.back(), 2 * row_starts.front());
+    EXPECT_GT(segments, 0);
+    EXPECT_EQ(after_segments, 0);
+    std::error_code ec;
     std::filesystem::remove_all(dir, ec);
 }
 
