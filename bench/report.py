@@ -41,7 +41,8 @@ def truncated_json(text):
 
 
 def load_suite(results, suite, repair=False):
-    """The suite's JSON files merged (benchmarks in file order), and their names and contexts."""
+    """The suite's JSON files merged (benchmarks in file order, a later file's row replacing an earlier one of
+    the same name), and their names and contexts."""
     paths = sorted(glob.glob(os.path.join(results, f"{suite}.json")) +
                    glob.glob(os.path.join(results, f"{suite}_*.json")))
     if not paths:
@@ -65,7 +66,15 @@ def load_suite(results, suite, repair=False):
                 with open(path, "w") as f:
                     json.dump(d, f, indent=2)
         merged["context"] = merged["context"] or d["context"]
-        merged["benchmarks"] += d["benchmarks"]
+        # A configuration rerun in a later file (in name order) replaces
+        # the earlier row where it stood.
+        at = {b["name"]: i for i, b in enumerate(merged["benchmarks"])}
+        for b in d["benchmarks"]:
+            if b["name"] in at:
+                merged["benchmarks"][at[b["name"]]] = b
+            else:
+                at[b["name"]] = len(merged["benchmarks"])
+                merged["benchmarks"].append(b)
         runs.append((os.path.basename(path), d))
     return (merged if runs else None), runs
 
