@@ -152,8 +152,9 @@ void SegmentedExecutor::run_tiles_one_at_a_time(SegmentRun &run, const std::vect
         finish_tile(run, *c, params);
         // Mapped checkpoint pages leave the process after each row of tiles,
         // not each tile: the tiles of a row share pages (a 4 KiB page is a
-        // whole 1024-float row of a plane).
-        if (i + 1 == order.size() || order[i + 1].second != ty) drop_resident_checkpoints();
+        // whole 1024-float row of a plane). After the last row, run_segment
+        // drops them.
+        if (i + 1 < order.size() && order[i + 1].second != ty) drop_resident_checkpoints();
     }
 }
 
