@@ -51,7 +51,7 @@ std::string plan_cache_path(const Model &m, const std::string &model_arg, const 
         << p.optimizer << '|' << p.batch << '|' << p.estimate << '|' << text_of(calibration_path(p.target == "cuda")) << '|'
         << environment::threads() << "|schedule "
         << kCpuScheduleVersion << "|planner " << kPlannerVersion << (p.target == "cuda" ? "|cuda" : "")
-        << (p.image_gradient ? "|image gradient" : "");
+        << (p.image_gradient ? "|image gradient" : "") << (p.mapped_checkpoints ? "|mapped checkpoints" : "");
     std::ostringstream name;
     name << dir << "/" << m.name << "-" << p.width << "x" << p.height << "-" << std::hex
          << std::hash<std::string>{}(key.str()) << ".json";
@@ -118,10 +118,15 @@ ExecutorCache::~ExecutorCache() {
     }
 }
 
-std::string ExecutorCache::spill_dir(int64_t store_bytes) {
+bool ExecutorCache::spills(int64_t store_bytes) const {
     const int64_t available = memory_available_ > 0 ? memory_available_ : available_memory_bytes();
     // Half: the working memory, the data and the rest of the system need room too.
-    if (available <= 0 || store_bytes <= available / 2) return "";
+    return available > 0 && store_bytes > available / 2;
+}
+
+std::string ExecutorCache::spill_dir(int64_t store_bytes) {
+    const int64_t available = memory_available_ > 0 ? memory_available_ : available_memory_bytes();
+    if (!spills(store_bytes)) return "";
     namespace fs = std::filesystem;
     if (spill_dir_.empty()) {
         std::string t = (fs::temp_directory_path() / "segtile-checkpoints-XXXXXX").string();
@@ -216,6 +221,44 @@ std::shared_ptr<ModelKernels> ExecutorCache::kernels_for(const std::vector<int> 
     return k;
 }
 
+// The plan for one image size, from the plan cache or made (and cached).
+Plan ExecutorCache::plan_at(int64_t width, int64_t height, bool mapped) {
+    PlanOptions p;
+    p.width = width;
+    p.height = height;
+    p.batch = opt_.batch;
+    p.memory_cap = opt_.memory_cap;
+    p.optimizer = opt_.optimizer;
+    p.estimate = opt_.estimate;
+    p.target = opt_.target;
+    p.image_gradient = image_gradient();
+    p.mapped_checkpoints = mapped;
+    const std::string cached = plan_cache_path(model_, model_arg_, p);
+    std::optional<Plan> plan;
+    if (!cached.empty() && std::filesystem::exists(cached)) {
+        try {
+            plan = read_plan_file(cached, model_);
+            log_ << "plan for " << width << "x" << height << " under " << opt_.memory_cap << " from " << cached
+                 << "\n";
+        } catch (const std::exception &) {
+            plan.reset();  // unreadable: plan again, and replace it
+        }
+    }
+    if (!plan) {
+        plan = plan_for(model_, p);
+        if (!cached.empty()) {
+            std::error_code ec;
+            std::filesystem::create_directories(std::filesystem::path(cached).parent_path(), ec);
+            try {
+                write_file_atomically(cached, plan_to_json(*plan));
+            } catch (const std::exception &e) {
+                log_ << "(could not cache the plan: " << e.what() << ")\n";
+            }
+        }
+    }
+    return std::move(*plan);
+}
+
 SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
     const auto key = std::make_pair(width, height);
     auto it = executors_.find(key);
@@ -236,42 +279,22 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
             const auto [tw, th] = parse_size(opt_.tile, "--tile");
             tiles.assign(make_segments(model_, cuts).segments.size(), TileSize{tw, th});
         } else {
-            PlanOptions p;
-            p.width = width;
-            p.height = height;
-            p.batch = opt_.batch;
-            p.memory_cap = opt_.memory_cap;
-            p.optimizer = opt_.optimizer;
-            p.estimate = opt_.estimate;
-            p.target = opt_.target;
-            p.image_gradient = image_gradient();
-            const std::string cached = plan_cache_path(model_, model_arg_, p);
-            std::optional<Plan> plan;
-            if (!cached.empty() && std::filesystem::exists(cached)) {
-                try {
-                    plan = read_plan_file(cached, model_);
-                    log_ << "plan for " << width << "x" << height << " under " << opt_.memory_cap << " from " << cached
-                         << "\n";
-                } catch (const std::exception &) {
-                    plan.reset();  // unreadable: plan again, and replace it
-                }
+            // With mapped checkpoints the cap holds the pages each row of
+            // tiles faults in, too: with --checkpoint-dir, or where the
+            // store planned in memory would not fit there (spill_dir).
+            const bool named = !opt_.checkpoint_dir.empty() && !device();
+            Plan plan = plan_at(width, height, named);
+            if (!named && !device() &&
+                spills(checkpoint_store_bytes(model_, make_segments(model_, plan.cuts, image_gradient()), width, height,
+                                              halide_type_of<float>()))) {
+                log_ << "the checkpoint store would not fit in memory: planning again with its pages in "
+                        "memory-mapped files counted against the cap\n";
+                plan = plan_at(width, height, true);
             }
-            if (!plan) {
-                plan = plan_for(model_, p);
-                if (!cached.empty()) {
-                    std::error_code ec;
-                    std::filesystem::create_directories(std::filesystem::path(cached).parent_path(), ec);
-                    try {
-                        write_file_atomically(cached, plan_to_json(*plan));
-                    } catch (const std::exception &e) {
-                        log_ << "(could not cache the plan: " << e.what() << ")\n";
-                    }
-                }
-            }
-            log_ << plan_table(*plan, model_);
-            cuts = plan->cuts;
-            tiles = plan->tile_sizes();
-            plans_[key] = std::move(*plan);
+            log_ << plan_table(plan, model_);
+            cuts = plan.cuts;
+            tiles = plan.tile_sizes();
+            plans_[key] = std::move(plan);
         }
         layout = make_segments(model_, cuts, image_gradient());
     }

@@ -24,6 +24,9 @@ public:
         cmd_->add_option("--cuts", opt_.cuts,
                          "only these cuts, e.g. conv2,conv3 (none: one segment); tile sizes are still chosen. "
                          "Compares a plan of yours with the planner's");
+        cmd_->add_flag("--mapped-checkpoints", opt_.mapped_checkpoints,
+                       "plan for checkpoints in memory-mapped files (`segtile train --checkpoint-dir`): the "
+                       "checkpoint pages a row of tiles holds resident count against --memory-cap");
         cmd_->add_option("--json", json_, "also write the plan to this file (for `segtile train --plan`)");
         cmd_->add_flag("--estimate", opt_.estimate, "analytic kernel-memory estimate only (fast, approximate)");
         cmd_->add_flag("--calibrate", opt_.calibrate,

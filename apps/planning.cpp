@@ -31,6 +31,10 @@ Plan plan_for(const Model &m, const PlanOptions &opt) {
     req.optimizer_copies = opt.optimizer == "adam" ? 2 : 1;
     req.device = opt.target == "cuda";
     req.image_gradient = opt.image_gradient;
+    if (opt.mapped_checkpoints && req.device)
+        throw UsageError("--mapped-checkpoints plans for checkpoints in memory-mapped files on the host; with "
+                         "--target cuda the cap is of device memory, which they do not touch: drop one of the two");
+    req.mapped_checkpoints = opt.mapped_checkpoints;
     if (!opt.cuts.empty()) req.allowed_cuts = {opt.cuts == "none" ? std::vector<int>{} : parse_cuts(m, opt.cuts)};
     req.threads = environment::threads();
     // The time model's rates: measured on this machine once, then reused.

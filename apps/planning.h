@@ -20,6 +20,7 @@ struct PlanOptions {
     std::string target = "cpu";  // "cuda": memory_cap caps device memory; kernels lowered with the GPU schedule
     bool image_gradient = false; // training needs the parameters' gradients only (PlanRequest)
     std::string cuts;            // "conv2,conv3": only these cuts (tiles still searched); empty: search cuts
+    bool mapped_checkpoints = false;  // checkpoints in mapped files: the cap holds their resident pages (PlanRequest)
 };
 
 // Plans (printing what it does: lowering kernels takes seconds per segment).

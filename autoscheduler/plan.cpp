@@ -32,6 +32,7 @@ std::string plan_to_json(const Plan &p) {
     j["caps"] = {{"working_bytes", p.memory_cap}, {"checkpoint_bytes", p.checkpoint_cap}};
     j["target"] = p.device ? "cuda" : "cpu";
     j["image_gradient"] = p.image_gradient;
+    j["mapped_checkpoints"] = p.mapped_checkpoints;
     j["cuts"] = p.cut_names;
     j["segments"] = json::array();
     for (const auto &s : p.segments)
@@ -44,6 +45,7 @@ std::string plan_to_json(const Plan &p) {
                                  {"forward_bytes", s.forward_bytes},
                                  {"backward_bytes", s.backward_bytes},
                                  {"kernel_bytes", s.kernel_bytes},
+                                 {"resident_bytes", s.resident_bytes},
                                  {"exact", s.exact},
                                  {"seconds", s.seconds},
                                  {"flops", s.flops},
@@ -73,6 +75,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
         p.checkpoint_cap = j.at("caps").value("checkpoint_bytes", (int64_t)0);
         p.device = j.value("target", "cpu") == "cuda";
         p.image_gradient = j.value("image_gradient", true);  // plans before it had it
+        p.mapped_checkpoints = j.value("mapped_checkpoints", false);
         for (const auto &n : j.at("cuts")) {
             const std::string name = n.get<std::string>();
             const int l = m.find_layer(name);
@@ -92,6 +95,7 @@ Plan plan_from_json(const std::string &text, const Model &m, const std::string &
             sp.forward_bytes = s.value("forward_bytes", (int64_t)0);
             sp.backward_bytes = s.value("backward_bytes", (int64_t)0);
             sp.kernel_bytes = s.value("kernel_bytes", (int64_t)0);
+            sp.resident_bytes = s.value("resident_bytes", (int64_t)0);
             sp.exact = s.value("exact", false);
             sp.seconds = s.value("seconds", 0.0);
             sp.flops = s.value("flops", 0.0);
@@ -134,19 +138,25 @@ std::string plan_table(const Plan &p, const Model &m) {
     auto layers_of = [&](const SegmentPlan &s) { return m.layers[s.first].name + " .. " + m.layers[s.last].name; };
     int width = 28;
     for (const SegmentPlan &s : p.segments) width = std::max(width, (int)layers_of(s).size());
-    std::snprintf(line, sizeof line, "%-3s %-*s %11s %7s %11s %9s %11s %11s %8s\n", "seg", width, "layers", "tile",
-                  "tiles", "window", "recompute", "forward", "backward", "seconds");
+    // With mapped checkpoints, a column for the checkpoint pages a row of
+    // tiles holds resident (counted in the cap with the larger call).
+    const bool mapped = p.mapped_checkpoints;
+    std::snprintf(line, sizeof line, "%-3s %-*s %11s %7s %11s %9s %11s %11s%s %8s\n", "seg", width, "layers", "tile",
+                  "tiles", "window", "recompute", "forward", "backward", mapped ? "  mapped rows" : "", "seconds");
     o << line;
     for (size_t k = 0; k < p.segments.size(); k++) {
         const SegmentPlan &s = p.segments[k];
         const std::string layers = layers_of(s);
-        const std::string tile = s.tile.width > 0 ? std::to_string(s.tile.width) + "x" + std::to_string(s.tile.height)
-                                                  : std::string("whole");
+        auto side = [](int64_t t) { return t > 0 ? std::to_string(t) : std::string("all"); };
+        const std::string tile = s.tile.width > 0 || s.tile.height > 0 ? side(s.tile.width) + "x" + side(s.tile.height)
+                                                                       : std::string("whole");
         const std::string window = std::to_string(s.window_width) + "x" + std::to_string(s.window_height);
-        std::snprintf(line, sizeof line, "%-3zu %-*s %11s %7lld %11s %9.2f %11s %11s %8.2f%s\n", k, width, layers.c_str(),
-                      tile.c_str(), (long long)s.tiles, window.c_str(), s.recompute,
+        char rows[32] = "";
+        if (mapped) std::snprintf(rows, sizeof rows, " %12s", format_bytes(s.resident_bytes).c_str());
+        std::snprintf(line, sizeof line, "%-3zu %-*s %11s %7lld %11s %9.2f %11s %11s%s %8.2f%s\n", k, width,
+                      layers.c_str(), tile.c_str(), (long long)s.tiles, window.c_str(), s.recompute,
                       format_bytes(s.forward_bytes).c_str(),
-                      s.backward_bytes > 0 ? format_bytes(s.backward_bytes).c_str() : "not run", s.seconds,
+                      s.backward_bytes > 0 ? format_bytes(s.backward_bytes).c_str() : "not run", rows, s.seconds,
                       s.exact ? "" : "  (kernel memory estimated)");
         o << line;
     }
@@ -157,7 +167,8 @@ std::string plan_table(const Plan &p, const Model &m) {
           << "); parameters, optimizer state and the checkpoint store (" << format_bytes(p.checkpoint_bytes) << with
           << ") on the host\n";
     else
-        o << "predicted peak working memory " << format_bytes(p.peak_bytes) << " (parameters, gradients, optimizer "
+        o << "predicted peak working memory " << format_bytes(p.peak_bytes)
+          << (mapped ? " with the resident pages of the mapped checkpoints" : "") << " (parameters, gradients, optimizer "
           << format_bytes(p.fixed_bytes) << "; runtime reserve " << format_bytes(p.reserve_bytes) << "; head "
           << format_bytes(p.head_bytes) << "); checkpoint store "
           << format_bytes(p.checkpoint_bytes) << with << "\n";

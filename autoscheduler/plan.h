@@ -21,6 +21,11 @@ struct SegmentPlan {
     int64_t forward_bytes = 0;      // predicted working memory of a forward tile call (runtime + kernel)
     int64_t backward_bytes = 0;     // the same for a backward tile call; 0: not run (spec/segments.h backward_needed)
     int64_t kernel_bytes = 0;       // of which the backward kernel's own allocations
+    // Mapped checkpoints (Plan::mapped_checkpoints): the most pages of
+    // checkpoint rows one row of tiles holds resident, forward or backward;
+    // outside forward_bytes and backward_bytes (the cap holds each call
+    // with its own row's pages).
+    int64_t resident_bytes = 0;
     bool exact = false;             // kernel memory from the lowered code (else the analytic estimate)
     double seconds = 0;             // predicted, per image
     // What the time model priced (per image, forward and backward): FLOPs
@@ -40,6 +45,7 @@ struct Plan {
     int64_t memory_cap = 0, checkpoint_cap = 0;  // as requested; 0: none
     bool device = false;                         // memory_cap and the byte predictions are of device memory
     bool image_gradient = true;                  // the kernels give the image's gradient (PlanRequest)
+    bool mapped_checkpoints = false;             // peak_bytes includes resident checkpoint pages (PlanRequest)
     std::vector<int> cuts;                       // layer indices (after which the trunk is cut)
     std::vector<std::string> cut_names;          // the same, by layer name
     std::vector<SegmentPlan> segments;
@@ -49,7 +55,9 @@ struct Plan {
     // short of peak_bytes by up to this much.
     int64_t reserve_bytes = 0;
     int64_t head_bytes = 0;        // the untiled head's call
-    int64_t peak_bytes = 0;        // predicted peak working memory: fixed + reserve + the worst call
+    // Predicted peak working memory: fixed + reserve + the worst call (with
+    // mapped checkpoints, the call's resident checkpoint pages too).
+    int64_t peak_bytes = 0;
     int64_t checkpoint_bytes = 0;  // predicted checkpoint store
     double flops = 0;              // executed per step (batch included)
     double recompute = 1;          // flops / training_step_flops

@@ -25,7 +25,7 @@ namespace segtile {
 
 // Plans cached on disk (apps/executor_cache.cpp) key on this: bump it when
 // the search or its time and memory models change what it chooses.
-constexpr int kPlannerVersion = 9;
+constexpr int kPlannerVersion = 10;
 
 // Thrown when no plan fits: the message gives the smallest feasible cap the
 // planner found. It is feasible (the planner runs that split when asked for
@@ -51,6 +51,13 @@ struct PlanRequest {
     // host, outside the cap. KernelMemory then gives device allocations.
     bool device = false;
     int64_t checkpoint_cap = 0;  // checkpoint store, bytes; 0: no cap
+    // The checkpoint store lives in memory-mapped files (--checkpoint-dir):
+    // outside the ledger, but each row of tiles faults in the pages of the
+    // checkpoint rows it reads and writes, which stay resident until the
+    // row ends (runtime/executor_tiles.cpp). Those pages then count
+    // against memory_cap with the call's working memory, so the cap bounds
+    // what the process holds, not just what it allocates. CPU plans only.
+    bool mapped_checkpoints = false;
     // The kernels give the image's gradient (SegmentLayout::image_gradient):
     // segment 0's backward calls hold its windows and the store holds it.
     bool image_gradient = true;

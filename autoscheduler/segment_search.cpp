@@ -32,6 +32,21 @@ int64_t stored_bytes(const Model &m, const std::vector<TensorShape> &shapes, int
     return shapes[t].width * shapes[t].height * shapes[t].channels * type_bytes;
 }
 
+// The resident bytes of rows y.lo..y.hi of every channel plane of a
+// (width x height x channels) checkpoint in a mapped file. A read fault on
+// a file mapping also maps the cached pages around it, the aligned 64 KiB
+// block (Linux's fault_around_bytes; measured here: 20 pages read, 128 KiB
+// resident), so each plane's span of rows is rounded out to whole blocks,
+// one more for a span that starts mid-block; at most the whole tensor.
+int64_t resident_rows(const Span<int64_t> &y, int64_t width, int64_t height, int64_t channels, int type_bytes) {
+    constexpr int64_t kBlock = 64 << 10;
+    const int64_t rows = std::min(y.hi, height - 1) - std::max<int64_t>(y.lo, 0) + 1;
+    if (rows <= 0) return 0;
+    const int64_t span = rows * width * type_bytes, tensor = width * height * channels * type_bytes;
+    const int64_t per_plane = ((span + kBlock - 1) / kBlock + 1) * kBlock;
+    return std::min(channels * per_plane, ((tensor + kBlock - 1) / kBlock + 1) * kBlock);
+}
+
 int64_t layer_sum(const std::map<int, int64_t> &per_layer, int first, int last) {
     int64_t b = 0;
     for (auto it = per_layer.lower_bound(first); it != per_layer.end() && it->first <= last; ++it) b += it->second;
@@ -142,6 +157,31 @@ SegmentSearch::Eval SegmentSearch::evaluate(int a, int b, TileSize tile, bool us
     e.plan.kernel_bytes = bk;
     e.plan.exact = use_exact && exact_ && exact_->exact();
     e.bytes = std::max(e.plan.forward_bytes, e.plan.backward_bytes);
+    if (req_.mapped_checkpoints && !req_.device) {
+        // A row of tiles spans the whole width: forward, it reads its input
+        // windows' rows and writes its outputs' rows; backward, it reads the
+        // inputs' rows and the outputs' gradient rows and adds into the
+        // inputs' gradient rows. The image is the caller's buffer (in memory);
+        // its gradient is in the store.
+        const int L = (int)m_.layers.size();
+        auto rows_of = [&](int t, const Box<int64_t> &box) {
+            const int64_t w = t == L ? req_.width : shapes_[t].width, h = t == L ? req_.height : shapes_[t].height;
+            return resident_rows(box.y, w, h, channels_of(m_, t), req_.type_bytes);
+        };
+        int64_t fwd = 0, bwd = 0;
+        for (int t : seg.inputs) {
+            const int64_t rows = rows_of(t, *w.need[t]);
+            if (t != L) fwd += rows, bwd += rows;
+            if (std::count(graded.begin(), graded.end(), t)) bwd += rows;
+        }
+        for (const auto &[t, box] : w.targets) {
+            fwd += rows_of(t, box);
+            bwd += rows_of(t, box);
+        }
+        if (!backward) bwd = 0;
+        e.plan.resident_bytes = std::max(fwd, bwd);
+        e.bytes = std::max(e.plan.forward_bytes + fwd, backward ? e.plan.backward_bytes + bwd : 0);
+    }
 
     const SegmentWork work = segment_work(m_, seg, r, whole_, shapes_, backward, req_.image_gradient,
                                           CallTraffic{window_bytes, out_bytes, partials}, req_.type_bytes);
@@ -171,8 +211,16 @@ SegmentSearch::Eval SegmentSearch::best_tile(int a, int b, int64_t budget, bool 
     for (int64_t t : tile_ladder())
         if (t < extent) sides.push_back(t);
     sides.push_back(0);
-    for (int64_t t : sides) {
-        Eval e = evaluate(a, b, TileSize{t, t}, use_exact);
+    std::vector<TileSize> candidates;
+    for (int64_t t : sides) candidates.push_back({t, t});
+    // With mapped checkpoints a row of tiles holds its rows' pages across
+    // the whole width: strips as wide as the image hold as many pages as
+    // squares of their height, with halos above and below only.
+    if (req_.mapped_checkpoints && !req_.device)
+        for (int64_t t : sides)
+            if (t > 0) candidates.push_back({0, t});
+    for (const TileSize &tile : candidates) {
+        Eval e = evaluate(a, b, tile, use_exact);
         if (!e.feasible) continue;
         if (e.bytes < smallest && min_tile) *min_tile = e.plan.tile;
         smallest = std::min(smallest, e.bytes);
@@ -251,8 +299,14 @@ int64_t SegmentSearch::head_bytes() {
         if (m_.loss.kind == LossKind::MeanSquaredError)  // the dense target, the prediction's shape
             device += ps.width * ps.height * ps.channels * req_.type_bytes;
     }
+    // Mapped checkpoints: the head reads its inputs whole and writes their
+    // gradients whole, all resident during its call.
+    int64_t resident = 0;
+    if (req_.mapped_checkpoints && !req_.device)
+        for (int t : layout.head_inputs)
+            resident += t == (int)m_.layers.size() ? image_grad_bytes() : 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
     return km.peak(layout, KernelKind::Head, 0, c) + partials + ps.width * ps.height * ps.channels * req_.type_bytes +
-           device;
+           device + resident;
 }
 
 }  // namespace segtile

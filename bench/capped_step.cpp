@@ -24,7 +24,7 @@ namespace {
 // exact kernel memory of segtile's CPU schedule; `untiled`: one segment,
 // the whole image, instead of the planner's search.
 Plan plan_step(const Model &m, int size, int64_t cap_bytes, bool untiled = false, bool image_gradient = false,
-               const TimeRates &rates = {}) {
+               const TimeRates &rates = {}, bool mapped = false) {
     const Halide::Target target = Halide::get_jit_target_from_environment();
     LoweredKernelMemory exact(m, Halide::Float(32), [&](const std::vector<Halide::Func> &o) { schedule_cpu(o, target); },
                               target);
@@ -35,6 +35,7 @@ Plan plan_step(const Model &m, int size, int64_t cap_bytes, bool untiled = false
     req.image_gradient = image_gradient;  // training: the parameters' gradients only
     req.threads = (int)std::thread::hardware_concurrency();
     req.rates = rates;
+    req.mapped_checkpoints = mapped;
     return untiled ? evaluate_plan(m, req, {}, {TileSize{0, 0}}, &exact) : make_plan(m, req, &exact);
 }
 
@@ -58,7 +59,7 @@ void run_capped_step(const std::string &name, int size, int64_t cap_bytes, doubl
     using clock = std::chrono::steady_clock;
     const Model m = load_model(name);
     const auto t0 = clock::now();
-    const Plan plan = plan_step(m, size, cap_bytes, false, opt.image_gradient, opt.rates);
+    const Plan plan = plan_step(m, size, cap_bytes, false, opt.image_gradient, opt.rates, opt.mapped_plan);
     const double plan_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     MemoryLedger ledger;

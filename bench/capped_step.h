@@ -42,6 +42,9 @@ struct CappedStepOptions {
     // step takes tens of minutes and is timed alone.
     bool warm_up = true;
     std::string checkpoint_dir;  // "": the checkpoint store in memory
+    // Plan as `segtile train --checkpoint-dir` does: the mapped checkpoint
+    // pages a row of tiles holds count against the cap (PlanRequest).
+    bool mapped_plan = false;
     // "": kernels JIT-compiled in this process; else they come from the
     // kernel cache in this folder (compiled into it where missing), as a
     // `segtile train` run's do.

@@ -98,6 +98,7 @@ void run_step_under_cap(const MemoryCap &cap, const StepConfig &c, double untile
     if (cap.mapped) {
         opt.kernel_cache_dir = bench_kernel_cache_dir();
         opt.checkpoint_dir = bench_checkpoint_dir();
+        opt.mapped_plan = true;
     }
     run_capped_fraction(c.model, c.size, cap.fraction, untiled_peak_bytes, peak_gflops, r, opt);
     if (cap.mapped) std::filesystem::remove_all(opt.checkpoint_dir);
@@ -109,6 +110,7 @@ void prepare_mapped_kernels(const MemoryCap &cap, const StepConfig &c, double un
     CappedStepOptions opt;
     opt.kernel_cache_dir = bench_kernel_cache_dir();
     opt.prepare_only = true;
+    opt.mapped_plan = true;  // the measured process's plan
     const IsolatedResult r = run_isolated(
         [&](IsolatedResult &out) { run_capped_fraction(c.model, c.size, cap.fraction, untiled_peak_bytes, 0, out, opt); },
         limit);

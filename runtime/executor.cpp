@@ -251,6 +251,9 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
     if (device_) sync_to_host(views);
     loss = type_ == halide_type_of<double>() ? loss_storage : (double)*reinterpret_cast<float *>(&loss_storage);
     if (trace_) report("head and loss", "head", head_start);
+    // The head reads its inputs whole and writes their gradients whole:
+    // their pages would stay resident through the first backward row.
+    drop_resident_checkpoints();
     for (size_t p = 0; p < specs.size(); p++)
         if (specs[p].layer >= layout_.head_first && specs[p].layer <= model_.loss.input_id && specs[p].trainable)
             add_scaled(params.grads[p], partials[p], 1.0);

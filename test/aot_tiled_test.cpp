@@ -10,8 +10,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
+#include "autoscheduler/planner.h"
 #include "generators/training_step.h"
 #include "runtime/executor.h"
 #include "runtime/step_kernel.h"
@@ -120,21 +122,35 @@ TEST(AotTiled, MemoryMappedCheckpointsMatchInMemory) {
 
 namespace {
 
-// Resident bytes of the mapping that starts at `base` (/proc/self/smaps),
-// -1 if there is none.
-int64_t resident_bytes_of_mapping(const void *base) {
+// Resident bytes (/proc/self/smaps) of the mappings whose header line
+// (address range, ..., path) `chosen` picks.
+template <typename Chosen>
+int64_t resident_bytes_of_mappings(Chosen chosen) {
     std::ifstream f("/proc/self/smaps");
     std::string line;
     bool in = false;
+    int64_t n = 0;
     while (std::getline(f, line)) {
         unsigned long lo = 0, hi = 0;
         if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-            in = lo == (unsigned long)base;
+            in = chosen(lo, line);
             continue;
         }
-        if (in && line.rfind("Rss:", 0) == 0) return std::atoll(line.c_str() + 4) * 1024;
+        if (in && line.rfind("Rss:", 0) == 0) n += std::atoll(line.c_str() + 4) * 1024;
     }
-    return -1;
+    return n;
+}
+
+// The mapping that starts at `base`.
+int64_t resident_bytes_of_mapping(const void *base) {
+    return resident_bytes_of_mappings([&](unsigned long lo, const std::string &) { return lo == (unsigned long)base; });
+}
+
+// Every mapping of a file in `dir` (the checkpoint files, values and
+// gradients; unlinked once mapped, so "(deleted)").
+int64_t resident_bytes_of_files_in(const std::string &dir) {
+    return resident_bytes_of_mappings(
+        [&](unsigned long, const std::string &line) { return line.find(dir + "/") != std::string::npos; });
 }
 
 }  // namespace
@@ -191,6 +207,56 @@ TEST(AotTiled, MappedCheckpointPagesLeaveAfterEachRowOfTiles) {
     EXPECT_LE(row_starts.back(), 2 * row_starts.front());
     EXPECT_GT(segments, 0);
     EXPECT_EQ(after_segments, 0);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+}
+
+// The planner's count of the mapped checkpoint pages a row of tiles holds
+// (PlanRequest::mapped_checkpoints, what the cap then holds them to) is
+// what the step has resident: measured from smaps at every tile, before
+// the row's pages are dropped, per segment over its forward and backward
+// rows, it stays under the prediction and is not far below it.
+TEST(AotTiled, PlannedResidentCheckpointRowsBoundTheMeasuredOnes) {
+    Model m = load_model("tiny_cnn");
+    const std::vector<int> cuts = parse_cuts(m, tiny_cnn_tiled_cuts());
+    SegmentLayout layout = make_segments(m, cuts);
+    const int W = 2048, H = 64;
+    const std::vector<TileSize> tiles = {{512, 5}, {128, 4}, {64, 3}};
+    PlanRequest req;
+    req.width = W;
+    req.height = H;
+    req.mapped_checkpoints = true;
+    const Plan plan = evaluate_plan(m, req, cuts, tiles, nullptr);
+    ASSERT_TRUE(plan.mapped_checkpoints);
+    ASSERT_EQ(plan.segments.size(), layout.segments.size());
+    char tmpl[] = "/tmp/segtile-mmap-XXXXXX";
+    const std::string dir = mkdtemp(tmpl);
+    Tensor images({W, H, 1, 1}, nullptr);
+    images.fill(0.25);
+    Halide::Runtime::Buffer<int32_t> labels(1);
+    labels(0) = 1;
+    MemoryLedger ledger;
+    SegmentedExecutor exec(m, layout, tiny_cnn_tiled_kernels(m, &ledger), tiles, &ledger, halide_type_of<float>(), dir);
+    ParamStore params(m, &ledger);
+    params.init_pytorch_default(4);
+    int64_t most = 0;                 // since the last segment event
+    std::map<int, int64_t> measured;  // per segment's first layer
+    exec.set_trace([&](const ExecutorEvent &e) {
+        if (e.category == "tile") most = std::max(most, resident_bytes_of_files_in(dir));
+        if (e.category == "segment") {
+            for (const auto &[k, v] : e.args)
+                if (k == "first_layer") measured[(int)v] = std::max(measured[(int)v], most);
+            most = 0;
+        }
+    });
+    exec.step(images, labels, params);
+    ASSERT_EQ(measured.size(), plan.segments.size());
+    for (const SegmentPlan &s : plan.segments) {
+        const int64_t got = measured[s.first];
+        EXPECT_GT(s.resident_bytes, 0) << plan_table(plan, m);
+        EXPECT_LE(got, s.resident_bytes) << m.layers[s.first].name << "\n" << plan_table(plan, m);
+        EXPECT_GE(got, s.resident_bytes / 2) << m.layers[s.first].name << "\n" << plan_table(plan, m);
+    }
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
 }

@@ -47,7 +47,9 @@ TEST(MainJobProgram, DefaultTaskLearnsUnderTheCap) {
     // for bit (the same seed, so the same images and initial weights). It
     // is told that only 256 KiB are free, less than twice its checkpoint
     // store: the checkpoints go to memory-mapped files in a temporary
-    // folder, removed at the end, with the same result.
+    // folder, removed at the end, with the same result. It plans again
+    // with their resident pages counted against the cap (the cap is far
+    // from binding here, so the plan and its kernels are the same).
     const std::string again = "cd '" + dir.path().string() + "' && SEGTILE_HOME='" + dir.path().string() +
                               "' SEGTILE_MEMORY_AVAILABLE=256KiB TMPDIR='" + dir.path().string() + "' '" SEGTILE_BIN
                               "' train --size 512x512 --epochs 1 --run run2 >out2.txt 2>err2.txt";
@@ -55,6 +57,8 @@ TEST(MainJobProgram, DefaultTaskLearnsUnderTheCap) {
     ASSERT_TRUE(WIFEXITED(rc2) && WEXITSTATUS(rc2) == 0) << slurp(dir.file("out2.txt")) << slurp(dir.file("err2.txt"));
     const std::string second_out = slurp(dir.file("out2.txt")) + slurp(dir.file("err2.txt"));
     EXPECT_THAT(second_out, ::testing::ContainsRegex("kernels: 0 compiled, [1-9][0-9]* loaded from "));
+    EXPECT_THAT(second_out, ::testing::HasSubstr("planning again with its pages in memory-mapped files"));
+    EXPECT_THAT(second_out, ::testing::HasSubstr("mapped rows"));
     EXPECT_THAT(second_out, ::testing::HasSubstr("of memory available: kept in memory-mapped files in " +
                                                  dir.path().string() + "/segtile-checkpoints-"));
     for (const auto &e : std::filesystem::directory_iterator(dir.path()))

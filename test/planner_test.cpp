@@ -416,6 +416,40 @@ TEST(Planner, NoCutWhereACheckpointSpansTwoToThe31Elements) {
             << m.layers[c].name << " in " << p.cuts_string();
 }
 
+// With mapped checkpoints the cap holds each call with the checkpoint rows
+// its row of tiles faults in: under a cap the in-memory plan fills, the
+// mapped plan fits them too (shorter rows of tiles, so more tiles), and
+// the mark round-trips through JSON.
+TEST(Planner, MappedCheckpointRowsCountAgainstTheCap) {
+    Model m = load_model("vgg16");
+    const Plan free = make_plan(m, request(512, 512, 0, false), nullptr);
+    const int64_t cap = free.fixed_bytes + (free.peak_bytes - free.fixed_bytes) / 4;
+    const Plan in_memory = make_plan(m, request(512, 512, cap, false), nullptr);
+    PlanRequest r = request(512, 512, cap, false);
+    r.mapped_checkpoints = true;
+    const Plan mapped = make_plan(m, r, nullptr);
+    ASSERT_TRUE(mapped.mapped_checkpoints);
+    EXPECT_FALSE(in_memory.mapped_checkpoints);
+    EXPECT_LE(mapped.peak_bytes, cap) << plan_table(mapped, m);
+    int64_t tiles_in_memory = 0, tiles_mapped = 0;
+    for (const SegmentPlan &s : in_memory.segments) {
+        EXPECT_EQ(s.resident_bytes, 0);
+        tiles_in_memory += s.tiles;
+    }
+    for (const SegmentPlan &s : mapped.segments) {
+        EXPECT_GT(s.resident_bytes, 0) << plan_table(mapped, m);
+        tiles_mapped += s.tiles;
+    }
+    EXPECT_GT(tiles_mapped, tiles_in_memory) << plan_table(in_memory, m) << plan_table(mapped, m);
+    // The in-memory plan, run with mapped checkpoints, would hold more than the cap.
+    const Plan again = evaluate_plan(m, r, in_memory.cuts, in_memory.tile_sizes(), nullptr);
+    EXPECT_GT(again.peak_bytes, cap) << plan_table(again, m);
+    const Plan q = plan_from_json(plan_to_json(mapped), m, "plan.json");
+    EXPECT_TRUE(q.mapped_checkpoints);
+    EXPECT_EQ(q.segments.front().resident_bytes, mapped.segments.front().resident_bytes);
+    EXPECT_NE(plan_table(mapped, m).find("mapped rows"), std::string::npos);
+}
+
 TEST(Planner, PlanRoundTripsThroughJson) {
     Model m = load_model("unet");
     const Plan free = make_plan(m, request(128, 96, 0), nullptr);
