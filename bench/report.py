@@ -301,10 +301,12 @@ def steps_section(peers, train, out, img_dir):
                    "step of an epoch. Peaks cover all of them. Runs before 2026-12-03 timed the first only "
                    "where a step took over 2 s. The high-water mark is the process's (the JIT compiler's memory "
                    "included); the steps' high-water mark is reset once the kernels are made (since 2026-12-07). "
-                   "`1/8-mapped` runs the 1/8 plan with its checkpoint store in memory-mapped files "
-                   "(`--checkpoint-dir`; each tile's pages leave the process after the tile) and its kernels "
-                   "loaded from the kernel cache, which a process before it filled: the whole memory of a second "
-                   "`segtile train --checkpoint-dir` run.\n")
+                   "`1/8-mapped` runs under the same cap with its checkpoint store in memory-mapped files "
+                   "(`--checkpoint-dir`; each row of tiles' pages leave the process after the row) and its "
+                   "kernels loaded from the kernel cache, which a process before it filled: the whole memory of "
+                   "a second `segtile train --checkpoint-dir` run. Since 2026-12-07 (evening) its plan is the "
+                   "planner's for mapped checkpoints, which counts each row of tiles' resident checkpoint pages "
+                   "against the cap (docs/planner.md); before, it ran the in-memory 1/8 plan.\n")
 
         def key(b):
             model, size, cap = parse_step(b, r"BM_TrainStep/([^/]+)/size:(\d+)/cap:([^/]+)")
@@ -331,7 +333,8 @@ def scale_section(doc, out):
     out.append("`scale_bench`: one step (not the best of several: the first touch of every buffer is included), "
                "the planner's plan under an absolute working-memory cap, checkpoints in memory-mapped files "
                "(`--checkpoint_dir`). The high-water mark counts those files' pages resident at one time (since 3a62c45 "
-               "the executor drops them after each segment; before, the whole store's). \"in kernels\" is the time "
+               "the executor drops them after each segment, since 2026-12-07 after each row of tiles; before, the "
+               "whole store's). Runs named `mapped_plan` plan with those pages counted against the cap. \"in kernels\" is the time "
                "inside kernel calls, which read and write the checkpoint files in place (their page faults included); "
                "the rest is the executor's (window copies, gradient adds). Disk read and written: what the step made "
                "the kernel read from or write to storage (`/proc/self/io`). Stalled: wall time in which every running "
@@ -360,8 +363,8 @@ def torch_section(torch_doc, train, out):
                "as many threads as segtile (`HL_NUM_THREADS`, else every CPU); eager NCHW, channels_last, and "
                "checkpoint_sequential over 4 segments; each in its own process, the best of at least two steps. "
                "segtile's columns are train_step_bench's rows of the same model and size (untiled, and the plan "
-               "under 1/8 of the untiled peak, and that plan with its checkpoints in memory-mapped files and "
-               "its kernels from a warm kernel cache). A ratio above 1 means segtile is faster. The last column "
+               "under 1/8 of the untiled peak, and the plan under the same cap with its checkpoints in "
+               "memory-mapped files and its kernels from a warm kernel cache). A ratio above 1 means segtile is faster. The last column "
                "divides the mapped run's process high-water mark by PyTorch's lowest.\n")
     seg = {}
     for b in rows(train):
