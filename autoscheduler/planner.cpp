@@ -228,8 +228,10 @@ Plan make_plan(const Model &m, const PlanRequest &req, KernelMemory *exact) {
     auto fail = [&](const std::string &why) -> PlanError {
         const int64_t smallest = cap_for(s, smallest_fitting().bytes);
         return PlanError("no plan for " + m.name + " at " + std::to_string(req.width) + "x" +
-                             std::to_string(req.height) + " fits a " + (req.device ? "device" : "working") +
-                             "-memory cap of " +
+                             std::to_string(req.height) + " fits a " +
+                             (req.device                 ? "device-memory cap of "
+                              : req.mapped_checkpoints ? "cap of working memory and resident checkpoint pages of "
+                                                       : "working-memory cap of ") +
                              format_bytes(req.memory_cap) + " (" + why + "); the smallest feasible cap found is " +
                              format_bytes(smallest) + ": raise --memory-cap to at least that",
                          smallest);

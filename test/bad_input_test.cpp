@@ -231,6 +231,8 @@ std::vector<Case> cases() {
         {"plan --model tiny_cnn --size 64x64 --memory-cap 1B", kCapTooSmall, {"smallest feasible"}},
         {"plan --model tiny_cnn --size 64x64 --memory-cap abc", kBadInput, {"--memory-cap", "abc"}},
         {"plan --model tiny_cnn --size 0x64", kBadInput, {"--size"}},
+        {"plan --model tiny_cnn --size 64x64 --target cuda --mapped-checkpoints --estimate", kBadInput,
+         {"--mapped-checkpoints", "drop one of the two"}},
         // Prediction
         {"predict --model tiny_cnn --weights nothere.safetensors --images good.csv --out pred", kBadInput,
          {"nothere.safetensors"}},

@@ -337,6 +337,23 @@ TEST_F(ProgramTest, PlanForAGpuCapsDeviceMemory) {
     EXPECT_THAT(tight.err, HasSubstr("smallest feasible"));
 }
 
+TEST_F(ProgramTest, PlanForMappedCheckpointsCountsTheirPages) {
+    // The plan `train --checkpoint-dir` makes: a column of the pages each
+    // row of tiles holds, inside the cap, and the mark in the plan file.
+    Result r = segtile("plan --model tiny_cnn --size 512x512 --memory-cap 8MiB --mapped-checkpoints --estimate "
+                       "--json p.json");
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("mapped rows"));
+    EXPECT_THAT(r.out, HasSubstr("with the resident pages of the mapped checkpoints"));
+    const auto plan = nlohmann::json::parse(slurp(dir.file("p.json")));
+    EXPECT_TRUE(plan.at("mapped_checkpoints").get<bool>());
+    EXPECT_LE(plan.at("predicted").at("peak_working_bytes").get<int64_t>(), 8 << 20);
+    for (const auto &s : plan.at("segments")) EXPECT_GT(s.at("resident_bytes").get<int64_t>(), 0);
+    Result tight = segtile("plan --model tiny_cnn --size 512x512 --memory-cap 2MiB --mapped-checkpoints --estimate");
+    EXPECT_EQ(tight.status, 3);
+    EXPECT_THAT(tight.err, HasSubstr("cap of working memory and resident checkpoint pages"));
+}
+
 TEST_F(ProgramTest, PlanForAGpuPricesItAtGpuRates) {
     // A CPU calibration saved in SEGTILE_HOME prices CPU plans only: a GPU
     // plan keeps the H200-fitted rates until the GPU itself is calibrated,
