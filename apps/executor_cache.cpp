@@ -118,15 +118,18 @@ ExecutorCache::~ExecutorCache() {
     }
 }
 
-bool ExecutorCache::spills(int64_t store_bytes) const {
-    const int64_t available = memory_available_ > 0 ? memory_available_ : available_memory_bytes();
-    // Half: the working memory, the data and the rest of the system need room too.
+int64_t ExecutorCache::memory_available() const {
+    return memory_available_ > 0 ? memory_available_ : available_memory_bytes();
+}
+
+// Half: the working memory, the data and the rest of the system need room too.
+bool ExecutorCache::spills(int64_t store_bytes, int64_t available) const {
     return available > 0 && store_bytes > available / 2;
 }
 
 std::string ExecutorCache::spill_dir(int64_t store_bytes) {
-    const int64_t available = memory_available_ > 0 ? memory_available_ : available_memory_bytes();
-    if (!spills(store_bytes)) return "";
+    const int64_t available = memory_available();
+    if (!spills(store_bytes, available)) return "";
     namespace fs = std::filesystem;
     if (spill_dir_.empty()) {
         std::string t = (fs::temp_directory_path() / "segtile-checkpoints-XXXXXX").string();
@@ -286,7 +289,8 @@ SegmentedExecutor &ExecutorCache::for_size(int64_t width, int64_t height) {
             Plan plan = plan_at(width, height, named);
             if (!named && !device() &&
                 spills(checkpoint_store_bytes(model_, make_segments(model_, plan.cuts, image_gradient()), width, height,
-                                              halide_type_of<float>()))) {
+                                              halide_type_of<float>()),
+                       memory_available())) {
                 log_ << "the checkpoint store would not fit in memory: planning again with its pages in "
                         "memory-mapped files counted against the cap\n";
                 plan = plan_at(width, height, true);

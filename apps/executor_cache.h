@@ -64,7 +64,8 @@ private:
     // unless the store takes more than half of the memory available; then a
     // temporary folder of memory-mapped files, made once (spill_dir_).
     std::string spill_dir(int64_t store_bytes);
-    bool spills(int64_t store_bytes) const;  // spill_dir would give a folder
+    int64_t memory_available() const;  // SEGTILE_MEMORY_AVAILABLE, else the system's
+    bool spills(int64_t store_bytes, int64_t available) const;  // spill_dir would give a folder
     // The plan for one size (from $SEGTILE_HOME/plans, or made and cached
     // there); `mapped`: the checkpoints are in memory-mapped files.
     Plan plan_at(int64_t width, int64_t height, bool mapped);

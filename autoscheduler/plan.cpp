@@ -144,10 +144,10 @@ std::string plan_table(const Plan &p, const Model &m) {
     std::snprintf(line, sizeof line, "%-3s %-*s %11s %7s %11s %9s %11s %11s%s %8s\n", "seg", width, "layers", "tile",
                   "tiles", "window", "recompute", "forward", "backward", mapped ? "  mapped rows" : "", "seconds");
     o << line;
+    auto side = [](int64_t t) { return t > 0 ? std::to_string(t) : std::string("all"); };
     for (size_t k = 0; k < p.segments.size(); k++) {
         const SegmentPlan &s = p.segments[k];
         const std::string layers = layers_of(s);
-        auto side = [](int64_t t) { return t > 0 ? std::to_string(t) : std::string("all"); };
         const std::string tile = s.tile.width > 0 || s.tile.height > 0 ? side(s.tile.width) + "x" + side(s.tile.height)
                                                                        : std::string("whole");
         const std::string window = std::to_string(s.window_width) + "x" + std::to_string(s.window_height);

@@ -79,7 +79,7 @@ Plan to_plan(const Model &m, const PlanRequest &req, SegmentSearch &s, const Cho
     p.checkpoint_cap = req.checkpoint_cap;
     p.device = req.device;
     p.image_gradient = req.image_gradient;
-    p.mapped_checkpoints = req.mapped_checkpoints && !req.device;
+    p.mapped_checkpoints = s.mapped();
     p.fixed_bytes = s.fixed();
     p.reserve_bytes = s.reserve();
     p.head_bytes = s.head();

@@ -58,6 +58,7 @@ int64_t layer_sum(const std::map<int, int64_t> &per_layer, int first, int last) 
 SegmentSearch::SegmentSearch(const Model &m, const PlanRequest &req, KernelMemory *exact)
     : m_(m), req_(req), exact_(exact), analytic_(m, req.type_bytes), shapes_(m.shapes(req.width, req.height)),
       whole_(whole_boxes(m, shapes_, req.width, req.height)), end_(trunk_end(m)) {
+    req_.mapped_checkpoints = req.mapped_checkpoints && !req.device;  // device plans: checkpoints stay on the host
     for (const auto &p : m.params()) {
         // On a GPU only the running segment's parameters are on the device.
         if (req.device) param_bytes_[p.layer] += p.numel() * req.type_bytes;
@@ -157,7 +158,7 @@ SegmentSearch::Eval SegmentSearch::evaluate(int a, int b, TileSize tile, bool us
     e.plan.kernel_bytes = bk;
     e.plan.exact = use_exact && exact_ && exact_->exact();
     e.bytes = std::max(e.plan.forward_bytes, e.plan.backward_bytes);
-    if (req_.mapped_checkpoints && !req_.device) {
+    if (req_.mapped_checkpoints) {
         // A row of tiles spans the whole width: forward, it reads its input
         // windows' rows and writes its outputs' rows; backward, it reads the
         // inputs' rows and the outputs' gradient rows and adds into the
@@ -171,12 +172,16 @@ SegmentSearch::Eval SegmentSearch::evaluate(int a, int b, TileSize tile, bool us
         int64_t fwd = 0, bwd = 0;
         for (int t : seg.inputs) {
             const int64_t rows = rows_of(t, *w.need[t]);
-            if (t != L) fwd += rows, bwd += rows;
+            if (t != L) {
+                fwd += rows;
+                bwd += rows;
+            }
             if (std::count(graded.begin(), graded.end(), t)) bwd += rows;
         }
         for (const auto &[t, box] : w.targets) {
-            fwd += rows_of(t, box);
-            bwd += rows_of(t, box);
+            const int64_t rows = rows_of(t, box);  // values forward, gradients backward
+            fwd += rows;
+            bwd += rows;
         }
         if (!backward) bwd = 0;
         e.plan.resident_bytes = std::max(fwd, bwd);
@@ -216,7 +221,7 @@ SegmentSearch::Eval SegmentSearch::best_tile(int a, int b, int64_t budget, bool 
     // With mapped checkpoints a row of tiles holds its rows' pages across
     // the whole width: strips as wide as the image hold as many pages as
     // squares of their height, with halos above and below only.
-    if (req_.mapped_checkpoints && !req_.device)
+    if (req_.mapped_checkpoints)
         for (int64_t t : sides)
             if (t > 0) candidates.push_back({0, t});
     for (const TileSize &tile : candidates) {
@@ -302,7 +307,7 @@ int64_t SegmentSearch::head_bytes() {
     // Mapped checkpoints: the head reads its inputs whole and writes their
     // gradients whole, all resident during its call.
     int64_t resident = 0;
-    if (req_.mapped_checkpoints && !req_.device)
+    if (req_.mapped_checkpoints)
         for (int t : layout.head_inputs)
             resident += t == (int)m_.layers.size() ? image_grad_bytes() : 2 * stored_bytes(m_, shapes_, t, req_.type_bytes);
     return km.peak(layout, KernelKind::Head, 0, c) + partials + ps.width * ps.height * ps.channels * req_.type_bytes +

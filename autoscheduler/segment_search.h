@@ -47,6 +47,7 @@ public:
     // the larger of that and the ratio learned before.
     void calibrate_smallest(int a, int b);
 
+    bool mapped() const { return req_.mapped_checkpoints; }  // CPU plans with mapped checkpoints
     int64_t fixed() const { return fixed_; }
     int64_t reserve() const { return reserve_; }
     // What every call's working memory sits on: the fixed part and the reserve.
