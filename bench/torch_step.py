@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--long", action="store_true", help="adds 2048x2048")
     ap.add_argument("--min_seconds", type=float, default=10)
+    ap.add_argument("--sizes", help="comma-separated sizes instead of 256,512,1024 (e.g. 1024)")
     ap.add_argument("--one", nargs=2, metavar=("SIZE", "MODE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -102,7 +103,7 @@ def main():
         print("torch_step.py: torch is not installed in this Python (pip install torch): "
               "the PyTorch comparison is skipped", file=sys.stderr)
         return
-    sizes = [256, 512, 1024] + ([2048] if a.long else [])
+    sizes = [int(v) for v in a.sizes.split(",")] if a.sizes else [256, 512, 1024] + ([2048] if a.long else [])
     doc = {"context": {"date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
                        "load_avg": list(os.getloadavg()), "executable": "bench/torch_step.py"},
            "benchmarks": []}

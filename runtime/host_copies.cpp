@@ -47,6 +47,7 @@ void scale(Tensor &t, double f) {
 void add_window(Tensor &dst, Tensor &src, int64_t x0, int64_t y0, HostThreads *threads) {
     const bool dbl = dst.type() == halide_type_of<double>();
     auto planes = [&](int64_t c0, int64_t c1) {
+        dst.populate_for_write(x0, x0 + src.dims()[0], y0, y0 + src.dims()[1], c0, c1);
         if (dbl) add_window<double>(dst, src, x0, y0, c0, c1);
         else add_window<float>(dst, src, x0, y0, c0, c1);
     };

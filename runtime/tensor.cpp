@@ -84,6 +84,21 @@ void Tensor::drop_resident() {
     if (mapped_ && data_) madvise(data_, mapped_length(), MADV_DONTNEED);
 }
 
+void Tensor::populate_for_write(int64_t x0, int64_t x1, int64_t y0, int64_t y1, int64_t c0, int64_t c1) {
+    if (!mapped_ || !data_ || x0 >= x1 || y0 >= y1) return;
+    const int64_t width = dims_[0], height = dims_.size() > 1 ? dims_[1] : 1, elem = type_.bytes();
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), base = (uintptr_t)data_;
+    for (int64_t c = c0; c < c1; c++) {
+        // The span from the window's first element to its last, in whole pages:
+        // a row of a plane narrower than a page shares its pages with its
+        // neighbours, which the kernel writes too.
+        const uintptr_t lo = base + (uintptr_t)(((c * height + y0) * width + x0) * elem);
+        const uintptr_t hi = base + (uintptr_t)(((c * height + y1 - 1) * width + x1) * elem);
+        const uintptr_t start = lo & ~(page - 1);
+        if (madvise((void *)start, hi - start, MADV_POPULATE_WRITE) != 0) return;  // EINVAL before Linux 5.14
+    }
+}
+
 void Tensor::release() {
     if (data_) {
         free_();
