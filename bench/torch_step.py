@@ -86,6 +86,18 @@ def one(size, mode, min_seconds):
     }
 
 
+def cpu_model():
+    """The CPU's model name, as the segtile suites' runs are told apart by host."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -105,7 +117,7 @@ def main():
         return
     sizes = [int(v) for v in a.sizes.split(",")] if a.sizes else [256, 512, 1024] + ([2048] if a.long else [])
     doc = {"context": {"date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-                       "load_avg": list(os.getloadavg()), "executable": "bench/torch_step.py"},
+                       "load_avg": list(os.getloadavg()), "executable": "bench/torch_step.py", "cpu": cpu_model()},
            "benchmarks": []}
     for size in sizes:
         for mode in MODES:
