@@ -220,8 +220,7 @@ void SegmentedExecutor::run_head(const Buffer &labels_or_target, ParamStore &par
         views.push_back(t == L ? image_ : values_[t].view());
         args.buffer("in_" + tensor_name(model_, t), views.back().raw_buffer());
         if (!grads_[t].defined()) continue;  // the image's, not asked for
-        const TensorShape &gs = t == L ? TensorShape{width_, height_, model_.input_channels} : shapes_[t];
-        grads_[t].populate_for_write(0, gs.width, 0, gs.height, 0, gs.channels);
+        grads_[t].populate_for_write();
         views.push_back(grads_[t].view());  // the head is the first contributor: it writes
         args.buffer("grad_in_" + tensor_name(model_, t), views.back().raw_buffer());
     }

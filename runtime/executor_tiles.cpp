@@ -41,7 +41,8 @@ std::unique_ptr<SegmentedExecutor::TileCall> SegmentedExecutor::prepare_tile(Seg
     };
     for (const auto &[o, box] : c.win.targets) {
         const std::string name = tensor_name(model_, o);
-        if (!backward && !device_) values_[o].populate_for_write(box.x.lo, box.x.hi + 1, box.y.lo, box.y.hi + 1, 0, shapes_[o].channels);
+        if (!backward)
+            values_[o].populate_for_write(box.x.lo, box.x.hi + 1, box.y.lo, box.y.hi + 1, 0, shapes_[o].channels);
         c.views.push_back(crop(backward ? grads_[o].view() : values_[o].view(), box, !backward));
         c.args.buffer((backward ? "grad_out_" : "out_") + name, c.views.back().raw_buffer());
     }

@@ -99,6 +99,10 @@ void Tensor::populate_for_write(int64_t x0, int64_t x1, int64_t y0, int64_t y1, 
     }
 }
 
+void Tensor::populate_for_write() {
+    if (mapped_ && data_) madvise(data_, mapped_length(), MADV_POPULATE_WRITE);  // advice, as above
+}
+
 void Tensor::release() {
     if (data_) {
         free_();

@@ -58,6 +58,7 @@ public:
     // half the time of faulting them in one by one. No-op in memory, and
     // advice only: a kernel without it faults the pages in as before.
     void populate_for_write(int64_t x0, int64_t x1, int64_t y0, int64_t y1, int64_t c0, int64_t c1);
+    void populate_for_write();  // the whole tensor: one call
 
     // A non-owning view for Halide kernels (dense, min 0 in every dim).
     Halide::Runtime::Buffer<> view() const;
